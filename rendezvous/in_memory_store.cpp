@@ -1,0 +1,108 @@
+#include "rendezvous/in_memory_store.h"
+
+#include "rendezvous/error.h"
+
+namespace dtrun::rendezvous {
+
+using std::chrono::milliseconds;
+
+void InMemoryStore::waitLocked(std::unique_lock<std::mutex>& lock,
+                               const std::vector<std::string>& keys, milliseconds timeout) {
+  auto ready = [&] { return core_.check(keys); };
+  if (timeout == kNoTimeout) {
+    changed_.wait(lock, ready);
+    return;
+  }
+  if (!changed_.wait_for(lock, timeout, ready)) {
+    throw TimeoutError("in-memory store: wait timeout after " + std::to_string(timeout.count()) +
+                       " ms, keys: " + joinKeys(keys));
+  }
+}
+
+void InMemoryStore::set(const std::string& key, const Bytes& value) {
+  {
+    std::lock_guard lock(mutex_);
+    core_.set(key, value);
+  }
+  changed_.notify_all();
+}
+
+Bytes InMemoryStore::get(const std::string& key, milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  waitLocked(lock, {key}, timeout);
+  return *core_.find(key);
+}
+
+std::int64_t InMemoryStore::add(const std::string& key, std::int64_t delta) {
+  std::int64_t v = 0;
+  {
+    std::lock_guard lock(mutex_);
+    v = core_.add(key, delta);
+  }
+  changed_.notify_all();
+  return v;
+}
+
+Bytes InMemoryStore::compareSet(const std::string& key, const Bytes& expected,
+                                const Bytes& desired) {
+  Bytes v;
+  {
+    std::lock_guard lock(mutex_);
+    v = core_.compareSet(key, expected, desired);
+  }
+  changed_.notify_all();
+  return v;
+}
+
+bool InMemoryStore::check(const std::vector<std::string>& keys) {
+  std::lock_guard lock(mutex_);
+  return core_.check(keys);
+}
+
+void InMemoryStore::wait(const std::vector<std::string>& keys, milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  waitLocked(lock, keys, timeout);
+}
+
+bool InMemoryStore::deleteKey(const std::string& key) {
+  std::lock_guard lock(mutex_);
+  return core_.deleteKey(key);
+}
+
+std::int64_t InMemoryStore::numKeys() {
+  std::lock_guard lock(mutex_);
+  return core_.numKeys();
+}
+
+void InMemoryStore::append(const std::string& key, const Bytes& value) {
+  {
+    std::lock_guard lock(mutex_);
+    core_.append(key, value);
+  }
+  changed_.notify_all();
+}
+
+std::vector<Bytes> InMemoryStore::multiGet(const std::vector<std::string>& keys,
+                                           milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  waitLocked(lock, keys, timeout);
+  std::vector<Bytes> values;
+  values.reserve(keys.size());
+  for (const auto& k : keys) values.push_back(*core_.find(k));
+  return values;
+}
+
+void InMemoryStore::multiSet(const std::vector<std::string>& keys,
+                             const std::vector<Bytes>& values) {
+  if (keys.size() != values.size()) {
+    throw ConfigError("multiSet: " + std::to_string(keys.size()) + " keys but " +
+                      std::to_string(values.size()) + " values");
+  }
+  {
+    std::lock_guard lock(mutex_);
+    core_.multiSet(keys, values);
+  }
+  changed_.notify_all();
+}
+
+}  // namespace dtrun::rendezvous

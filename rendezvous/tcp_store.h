@@ -1,0 +1,106 @@
+// TcpStore: the blocking client of a TCPStore server (dtrun's, or torch's own).
+//
+// It speaks torch 2.x's protocol by default (VALIDATE + PING on connect, CANCEL_WAIT on a wait
+// timeout) and 1.13's when told to. Every call has a deadline; connecting retries with jittered
+// exponential backoff until its own deadline. Errors name host:port, the key and the time waited.
+// Like torch's client it sends every key as keyPrefix + key ("/" by default), so torch clients
+// and dtrun clients see the same keys. Calls are serialised by a mutex: one request at a time.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rendezvous/store.h"
+#include "rendezvous/wire.h"
+
+namespace dtrun::rendezvous {
+
+struct TcpStoreOptions {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 0;
+  wire::Dialect dialect = wire::Dialect::kTorch2;  ///< kTorch113 to talk to a torch 1.13 server
+  std::chrono::milliseconds connectTimeout = std::chrono::seconds(60);
+  /// Deadline of calls that take no timeout argument, and of the network part of the others.
+  std::chrono::milliseconds timeout = std::chrono::seconds(300);
+  std::string keyPrefix = "/";  ///< torch's client prefixes every key with "/"
+  wire::Limits limits;          ///< bounds on what the server may send back
+};
+
+class TcpStore : public Store {
+ public:
+  /// Connects (blocking, up to options.connectTimeout); throws ConnectionError.
+  explicit TcpStore(TcpStoreOptions options);
+  ~TcpStore() override;
+  TcpStore(const TcpStore&) = delete;
+  TcpStore& operator=(const TcpStore&) = delete;
+
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
+  std::int64_t add(const std::string& key, std::int64_t delta) override;
+  Bytes compareSet(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  bool deleteKey(const std::string& key) override;
+  std::int64_t numKeys() override;
+  /// Torch 2.x only (1.13 has no APPEND): ProtocolError in 1.13 mode.
+  void append(const std::string& key, const Bytes& value) override;
+  std::vector<Bytes> multiGet(const std::vector<std::string>& keys,
+                              std::chrono::milliseconds timeout) override;
+  void multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+
+  // Torch 2.x operations beyond the Store interface (ProtocolError in 1.13 mode).
+  /// Round trip with a nonce; throws when the echo differs.
+  void ping();
+  void queuePush(const std::string& key, const Bytes& value);
+  /// Pops the front element; with `timeout` > 0 waits for one first (torch's queue_pop(block)).
+  std::optional<Bytes> queuePop(const std::string& key, std::chrono::milliseconds timeout);
+  std::int64_t queueLen(const std::string& key);
+  /// Every key in the store that starts with keyPrefix, with the prefix removed (torch's rule).
+  std::vector<std::string> listKeys();
+  /// Adds 1 to `key` and blocks until it reaches `worldSize` (at most `timeout`).
+  void barrier(const std::string& key, std::int64_t worldSize, std::chrono::milliseconds timeout);
+
+  // dtrun-only operations (opcodes >= 128; only dtrun's server knows them).
+  /// When this connection closes, the server adds `delta` to `key` and wakes its waiters.
+  void addOnClose(const std::string& key, std::int64_t delta);
+  /// Blocks until `key` holds a value other than `old` (at most `timeout`); returns it.
+  Bytes waitChange(const std::string& key, const Bytes& old, std::chrono::milliseconds timeout);
+
+  /// "host:port", for messages.
+  const std::string& address() const { return address_; }
+  const TcpStoreOptions& options() const { return options_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  void connect();
+  void ensureConnected();
+  void disconnect();
+  void sendRequest(const wire::Request& req, Clock::time_point deadline);
+  void readExact(char* dst, std::size_t n, Clock::time_point deadline, const std::string& what);
+  std::uint8_t readU8(Clock::time_point deadline, const std::string& what);
+  std::int64_t readI64(Clock::time_point deadline, const std::string& what);
+  std::uint32_t readU32(Clock::time_point deadline, const std::string& what);
+  Bytes readBytes(Clock::time_point deadline, const std::string& what);
+  /// WAIT-style request whose reply is one STOP_WAITING byte, with CANCEL_WAIT on timeout.
+  void parkedCall(const wire::Request& req, std::chrono::milliseconds timeout,
+                  const std::string& what);
+  void waitLocked(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+  void requireTorch2(const char* op) const;
+  std::string key(const std::string& k) const { return options_.keyPrefix + k; }
+  Clock::time_point deadline() const;
+  [[noreturn]] void fail(const std::string& what, const std::string& why);
+
+  TcpStoreOptions options_;
+  std::string address_;
+  int fd_ = -1;
+  std::string rbuf_;  // bytes received and not yet consumed
+  std::size_t rpos_ = 0;
+  std::mutex mutex_;
+};
+
+}  // namespace dtrun::rendezvous

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs every test (ctest runs the Catch2 suites, the
+# end-to-end and interop tests, and the bounded fuzzing run). Extra arguments go to ctest,
+# e.g. ./scripts/test.sh -R store -V
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+BUILD_DIR=${DTRUN_BUILD_DIR:-build}
+start=$(date +%s)
+ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 900 -j "${DTRUN_TEST_JOBS:-2}" "$@"
+echo "test: all tests passed in $(( $(date +%s) - start )) s"

@@ -1,0 +1,38 @@
+// Test helpers: poll-with-deadline instead of sleeps (tini's busy_wait), temporary directories,
+// and a way to run a command and capture its output.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace dtrun::test {
+
+/// Polls `cond` every few milliseconds until it is true (returns true) or `timeout` passes
+/// (returns false). Deadlines are generous: the machines are shared and noisy.
+bool pollUntil(const std::function<bool()>& cond,
+               std::chrono::milliseconds timeout = std::chrono::seconds(20));
+
+/// A fresh directory under $TMPDIR, removed with everything in it when destroyed.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+/// Whole contents of a file ("" when it does not exist).
+std::string readFile(const std::filesystem::path& p);
+void writeFile(const std::filesystem::path& p, const std::string& contents);
+
+/// True while `pid` exists and is not a zombie.
+bool processAlive(int pid);
+
+}  // namespace dtrun::test
