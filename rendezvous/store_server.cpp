@@ -29,7 +29,7 @@ std::uint64_t raiseFileLimit() {
 class StoreServer::Session : public std::enable_shared_from_this<Session> {
  public:
   Session(StoreServer& server, tcp::socket socket, StoreCore::ClientId id)
-      : server_(server), socket_(std::move(socket)), id_(id) {
+      : server_(server), socket_(std::move(socket)), id_(id), leaseTimer_(server.io_) {
     boost::system::error_code ec;
     auto remote = socket_.remote_endpoint(ec);
     peer_ = ec ? std::string("unknown peer")
@@ -50,6 +50,7 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
   void close() {
     if (closed_) return;
     closed_ = true;
+    leaseTimer_.cancel();
     boost::system::error_code ignored;
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
@@ -94,6 +95,7 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
       close();
       return;
     }
+    lastActivity_ = std::chrono::steady_clock::now();
     std::string_view data(buf.data(), n);
     const bool buffered = !in_.empty();
     if (buffered) {
@@ -222,12 +224,38 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
       case wire::Op::kAddOnClose:
         core.addOnClose(id_, req.keys[0], req.number);
         break;
+      case wire::Op::kLease:
+        lease_ = std::chrono::milliseconds(req.word);
+        armLease();
+        break;
       case wire::Op::kWaitChange:
         if (core.waitChange(id_, req.keys[0], req.values[0])) {
           wire::appendU8(&out, wire::kStopWaiting);
         }
         break;
     }
+  }
+
+  // A lease closes a connection that went quiet (a stopped or cut-off agent keeps its socket
+  // open); closing runs its close actions, so the others hear of it.
+  void armLease() {
+    if (lease_.count() == 0 || closed_) {
+      leaseTimer_.cancel();
+      return;
+    }
+    leaseTimer_.expires_at(lastActivity_ + lease_);
+    leaseTimer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (ec || self->closed_) return;
+      auto quiet = std::chrono::steady_clock::now() - self->lastActivity_;
+      if (quiet < self->lease_) {
+        self->armLease();
+        return;
+      }
+      self->server_.log_->warn(
+          "store: closing connection from {}: nothing received for {} ms", self->peer_,
+          std::chrono::duration_cast<std::chrono::milliseconds>(quiet).count());
+      self->close();
+    });
   }
 
   void flush() {
@@ -255,6 +283,9 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
   std::string writing_;
   bool reading_ = false;
   bool closed_ = false;
+  std::chrono::milliseconds lease_{0};
+  std::chrono::steady_clock::time_point lastActivity_ = std::chrono::steady_clock::now();
+  asio::steady_timer leaseTimer_;
 };
 
 StoreServer::StoreServer(asio::io_context& io, StoreServerOptions options,

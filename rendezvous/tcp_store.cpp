@@ -516,6 +516,15 @@ void TcpStore::addOnClose(const std::string& k, std::int64_t delta) {
   sendRequest(req, deadline());
 }
 
+void TcpStore::lease(milliseconds quiet) {
+  std::lock_guard lock(mutex_);
+  ensureConnected();
+  wire::Request req;
+  req.op = wire::Op::kLease;
+  req.word = static_cast<std::uint32_t>(std::clamp<long long>(quiet.count(), 0, UINT32_MAX));
+  sendRequest(req, deadline());
+}
+
 Bytes TcpStore::waitChange(const std::string& k, const Bytes& old, milliseconds timeout) {
   std::lock_guard lock(mutex_);
   wire::Request req;

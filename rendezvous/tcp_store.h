@@ -70,6 +70,10 @@ class TcpStore : public Store {
   /// Blocks until `key` holds a value other than `old` (at most `timeout`); returns it.
   Bytes waitChange(const std::string& key, const Bytes& old, std::chrono::milliseconds timeout);
 
+  /// Asks the server to close this connection when it sends nothing for `quiet` (0 = never);
+  /// the caller then pings more often than that.
+  void lease(std::chrono::milliseconds quiet);
+
   /// "host:port", for messages.
   const std::string& address() const { return address_; }
   const TcpStoreOptions& options() const { return options_; }

@@ -13,7 +13,7 @@ namespace {
 // the server writes them with append*() and the client reads them field by field.
 enum class Layout : std::uint8_t {
   kNone,          // GETNUMKEYS, CANCEL_WAIT, LIST_KEYS
-  kWord,          // VALIDATE magic, PING nonce (u32)
+  kWord,          // VALIDATE magic, PING nonce, LEASE ms (u32)
   kKey,           // GET, DELETE_KEY, QUEUE_POP, QUEUE_LEN, WATCH_KEY
   kKeyValue,      // SET, APPEND, QUEUE_PUSH, WAIT_CHANGE
   kKeyTwoValues,  // COMPARE_SET
@@ -33,7 +33,7 @@ constexpr int kDtrunBase = 128;
 
 // Indexed by Op. Sources: 1.13 TCPStore.cpp (anonymous-namespace QueryType) and newest
 // TCPStoreBackend.hpp; both checked against real servers (reference/torchrun-spec.md §3.2).
-constexpr std::array<OpInfo, 22> kOps = {{
+constexpr std::array<OpInfo, 23> kOps = {{
     {"VALIDATE", Layout::kWord, -1, 0},
     {"SET", Layout::kKeyValue, 0, 1},
     {"COMPARE_SET", Layout::kKeyTwoValues, 1, 2},
@@ -56,7 +56,10 @@ constexpr std::array<OpInfo, 22> kOps = {{
     {"WATCH_KEY", Layout::kKey, 7, -1},
     {"DTRUN_ADD_ON_CLOSE", Layout::kKeyNumber, kDtrunBase + 0, kDtrunBase + 0},
     {"DTRUN_WAIT_CHANGE", Layout::kKeyValue, kDtrunBase + 1, kDtrunBase + 1},
+    {"DTRUN_LEASE", Layout::kWord, kDtrunBase + 2, kDtrunBase + 2},
 }};
+
+static_assert(kOps.size() == static_cast<std::size_t>(Op::kLease) + 1, "kOps covers every Op");
 
 const OpInfo& info(Op op) { return kOps[static_cast<std::size_t>(op)]; }
 

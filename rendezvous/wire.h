@@ -49,7 +49,8 @@ enum class Op : std::uint8_t {
   kWatchKey,  // 1.13 only; dtrun decodes it to refuse it by name
   // dtrun-only (opcodes >= 128, the same in both dialects):
   kAddOnClose,  // key, i64 delta: when this connection closes, add delta to key (membership)
-  kWaitChange,  // key, bytes: wait until key's value differs from bytes (absent != any bytes)
+  kWaitChange,  // key, bytes: wait until key's value differs from bytes (absent: keep waiting)
+  kLease,       // u32 ms: the server closes this connection when it sends nothing for that long
 };
 
 constexpr std::uint32_t kValidationMagic = 0x3C85F7CE;

@@ -1,0 +1,94 @@
+// LaunchConfig: everything the command line, PET_* and SLURM_* variables say, parsed once by the
+// launcher (launcher/cli.h) and passed by const& to the store, the rendezvous and the agent.
+// Nothing here is read from the environment again later.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace dtrun::agent {
+
+/// torchrun's Std: which of a worker's streams go to a file (bit 1 stdout, bit 2 stderr).
+enum class Std : std::uint8_t { kNone = 0, kOut = 1, kErr = 2, kAll = 3 };
+
+/// A --redirects/--tee value: one Std for every local rank, or a map from local rank to Std
+/// (ranks missing from a map get kNone, as in torchrun).
+struct StdSpec {
+  std::optional<Std> all;           ///< set for the single-value form ("3")
+  std::map<int, Std> perLocalRank;  ///< the map form ("0:1,1:2")
+  Std forRank(int localRank) const;
+};
+
+/// Rendezvous settings: --rdzv-* options, --rdzv-conf keys with torch's defaults, and the static
+/// backend's --node-rank/--master-*.
+struct RendezvousConfig {
+  std::string backend = "c10d";  ///< "c10d" or "static"
+  std::string host;              ///< endpoint host (brackets of [v6] removed)
+  std::uint16_t port = 29400;    ///< endpoint port; 0 = pick a free one (standalone)
+  std::string runId = "none";
+  int minNodes = 1;
+  int maxNodes = 1;
+  std::chrono::milliseconds joinTimeout = std::chrono::seconds(600);
+  std::chrono::milliseconds lastCallTimeout = std::chrono::seconds(30);
+  std::chrono::milliseconds closeTimeout = std::chrono::seconds(30);
+  std::chrono::milliseconds heartbeatTimeout = std::chrono::seconds(5);
+  std::chrono::milliseconds keepAliveInterval = std::chrono::seconds(5);
+  int keepAliveMaxAttempt = 3;
+  std::chrono::milliseconds readTimeout = std::chrono::seconds(60);
+  std::chrono::milliseconds storeTimeout = std::chrono::seconds(900);  ///< rdzv-conf "timeout"
+  std::optional<bool> isHost;  ///< rdzv-conf is_host; unset = decide from the endpoint host
+  std::map<std::string, std::string> conf;  ///< every --rdzv-conf key as given
+  // Static backend (torchrun's legacy mode).
+  int nodeRank = 0;
+  std::string masterAddr = "127.0.0.1";
+  std::optional<std::uint16_t> masterPort;
+  std::string localAddr;  ///< --local-addr: how other nodes reach this one ("" = hostname)
+};
+
+struct LaunchConfig {
+  // What to run.
+  std::vector<std::string> entrypoint;  ///< argv before the script's own arguments
+  std::string script;                   ///< training_script as typed
+  std::vector<std::string> scriptArgs;  ///< passed on untouched (${local_rank} substituted)
+  bool module = false;                  ///< -m
+  bool noPython = false;                ///< --no-python
+  bool runPath = false;                 ///< --run-path
+  std::string python = "python3";       ///< --python / $DTRUN_PYTHON
+  std::string entrypointName;           ///< the name in the failure report's title
+
+  // Workers.
+  int nprocPerNode = 1;
+  std::string role = "default";
+  int maxRestarts = 0;
+  std::chrono::milliseconds monitorInterval = std::chrono::milliseconds(100);
+  std::string startMethod = "spawn";  ///< accepted for compatibility; only --run-path uses it
+  std::chrono::milliseconds shutdownTimeout = std::chrono::seconds(30);  ///< SIGTERM->SIGKILL
+  std::vector<int> signalsToHandle;  ///< forwarded to every worker group
+  bool virtualLocalRank = false;
+  bool agentStore = true;  ///< false: worker rank 0 hosts MASTER_PORT, as torchrun 1.13
+  bool standalone = false;
+
+  RendezvousConfig rdzv;
+
+  // Logs and reports.
+  std::optional<std::string> logDir;  ///< --log-dir; unset = a fresh torchelastic_ temp dir
+  StdSpec redirects;
+  StdSpec tee;
+  std::optional<std::set<int>> localRanksFilter;  ///< --local-ranks-filter
+  std::string logLinePrefixTemplate;  ///< "" = "[${role_name}${local_rank}]:" when teeing
+  std::vector<std::string> duplicateStdoutFilters;
+  std::vector<std::string> duplicateStderrFilters;
+  std::string eventLog;  ///< --event-log FILE ("" = none)
+  std::string logLevel = "warn";
+
+  /// Environment given to every worker before the per-rank variables (the launcher's own
+  /// environment, plus OMP_NUM_THREADS when it was set for the workers).
+  std::map<std::string, std::string> baseEnv;
+};
+
+}  // namespace dtrun::agent
