@@ -105,4 +105,19 @@ void InMemoryStore::multiSet(const std::vector<std::string>& keys,
   changed_.notify_all();
 }
 
+Bytes InMemoryStore::waitChange(const std::string& key, const Bytes& old, milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  auto changed = [&] {
+    const Bytes* v = core_.find(key);
+    return v && *v != old;
+  };
+  if (timeout == kNoTimeout) {
+    changed_.wait(lock, changed);
+  } else if (!changed_.wait_for(lock, timeout, changed)) {
+    throw TimeoutError("in-memory store: no change of '" + key + "' after " +
+                       std::to_string(timeout.count()) + " ms");
+  }
+  return *core_.find(key);
+}
+
 }  // namespace dtrun::rendezvous

@@ -29,6 +29,8 @@ class InMemoryStore : public Store {
   std::vector<Bytes> multiGet(const std::vector<std::string>& keys,
                               std::chrono::milliseconds timeout) override;
   void multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+  Bytes waitChange(const std::string& key, const Bytes& old,
+                   std::chrono::milliseconds timeout) override;
 
  private:
   /// Blocks with the lock held until every key exists or the timeout passes (TimeoutError).

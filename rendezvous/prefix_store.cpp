@@ -53,4 +53,9 @@ void PrefixStore::multiSet(const std::vector<std::string>& keys, const std::vect
   base_->multiSet(joinKeys(keys), values);
 }
 
+Bytes PrefixStore::waitChange(const std::string& key, const Bytes& old,
+                              std::chrono::milliseconds timeout) {
+  return base_->waitChange(joinKey(key), old, timeout);
+}
+
 }  // namespace dtrun::rendezvous

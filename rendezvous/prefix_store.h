@@ -26,6 +26,8 @@ class PrefixStore : public Store {
   std::vector<Bytes> multiGet(const std::vector<std::string>& keys,
                               std::chrono::milliseconds timeout) override;
   void multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+  Bytes waitChange(const std::string& key, const Bytes& old,
+                   std::chrono::milliseconds timeout) override;
 
   const std::string& prefix() const { return prefix_; }
   const std::shared_ptr<Store>& base() const { return base_; }

@@ -47,6 +47,10 @@ class Store {
                                       std::chrono::milliseconds timeout) = 0;
   /// Sets every key to its value (same length vectors, else ConfigError).
   virtual void multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) = 0;
+  /// Blocks until `key` exists with a value other than `old` (at most `timeout`, else
+  /// TimeoutError) and returns that value. Watches counters without polling.
+  virtual Bytes waitChange(const std::string& key, const Bytes& old,
+                           std::chrono::milliseconds timeout) = 0;
 };
 
 /// "a, b, c": for error messages that name keys.

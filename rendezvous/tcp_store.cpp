@@ -98,7 +98,14 @@ TcpStore::~TcpStore() { disconnect(); }
 
 Clock::time_point TcpStore::deadline() const { return deadlineAfter(options_.timeout); }
 
+void TcpStore::interrupt() {
+  interrupted_ = true;
+  int fd = liveFd_.load();
+  if (fd >= 0) ::shutdown(fd, SHUT_RDWR);  // the fd stays open until the owner's disconnect()
+}
+
 void TcpStore::disconnect() {
+  liveFd_ = -1;
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   rbuf_.clear();
@@ -153,7 +160,12 @@ void TcpStore::connect() {
         disconnect();
       }
     }
-    if (fd_ >= 0) return;
+    if (fd_ >= 0) {
+      liveFd_ = fd_;
+      if (interrupted_) ::shutdown(fd_, SHUT_RDWR);  // interrupt() raced with the connect
+      return;
+    }
+    if (interrupted_) throw ConnectionError("store " + address_ + ": interrupted");
     if (Clock::now() >= until) {
       throw ConnectionError("cannot connect to store at " + address_ + " after " +
                             std::to_string(msSince(start)) + " ms: " + lastError);
@@ -169,6 +181,7 @@ void TcpStore::connect() {
 }
 
 void TcpStore::ensureConnected() {
+  if (interrupted_) throw ConnectionError("store " + address_ + ": interrupted");
   if (fd_ < 0) connect();
 }
 

@@ -7,6 +7,7 @@
 // and dtrun clients see the same keys. Calls are serialised by a mutex: one request at a time.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
@@ -51,6 +52,9 @@ class TcpStore : public Store {
   std::vector<Bytes> multiGet(const std::vector<std::string>& keys,
                               std::chrono::milliseconds timeout) override;
   void multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+  /// dtrun's server only (DTRUN_WAIT_CHANGE, opcode >= 128).
+  Bytes waitChange(const std::string& key, const Bytes& old,
+                   std::chrono::milliseconds timeout) override;
 
   // Torch 2.x operations beyond the Store interface (ProtocolError in 1.13 mode).
   /// Round trip with a nonce; throws when the echo differs.
@@ -67,12 +71,14 @@ class TcpStore : public Store {
   // dtrun-only operations (opcodes >= 128; only dtrun's server knows them).
   /// When this connection closes, the server adds `delta` to `key` and wakes its waiters.
   void addOnClose(const std::string& key, std::int64_t delta);
-  /// Blocks until `key` holds a value other than `old` (at most `timeout`); returns it.
-  Bytes waitChange(const std::string& key, const Bytes& old, std::chrono::milliseconds timeout);
 
   /// Asks the server to close this connection when it sends nothing for `quiet` (0 = never);
   /// the caller then pings more often than that.
   void lease(std::chrono::milliseconds quiet);
+
+  /// Any thread: unblocks a call in progress on another thread (it fails with ConnectionError)
+  /// and makes every later call fail the same way. For shutting down watcher threads.
+  void interrupt();
 
   /// "host:port", for messages.
   const std::string& address() const { return address_; }
@@ -105,6 +111,8 @@ class TcpStore : public Store {
   std::string rbuf_;  // bytes received and not yet consumed
   std::size_t rpos_ = 0;
   std::mutex mutex_;
+  std::atomic<bool> interrupted_{false};
+  std::atomic<int> liveFd_{-1};  // fd_ as seen by interrupt(), which does not take mutex_
 };
 
 }  // namespace dtrun::rendezvous

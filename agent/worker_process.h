@@ -1,0 +1,78 @@
+// WorkerProcess: one worker, spawned with Boost.Process v2, fenced in its own process group.
+//
+// The child runs setpgid(0, 0) (tini's rule: signals and kills reach its whole tree) and
+// PR_SET_PDEATHSIG(SIGKILL) (a killed agent takes its workers with it), with every signal
+// disposition and the signal mask reset. Exits are events: the pidfd becomes readable and the
+// io_context runs the handler; nothing polls. Move-only; owned by WorkerGroup.
+//
+//   spawn --> running --(exit)--> exited
+//                |                  ^
+//                +--stop(): SIGTERM group, grace, SIGKILL group
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dtrun::agent {
+
+/// How a process ended: an exit code, or the signal that killed it.
+struct ExitStatus {
+  int code = 0;               ///< exit code when `signal` is empty
+  std::optional<int> signal;  ///< the terminating signal
+
+  bool success() const { return !signal && code == 0; }
+  /// torch's convention: the exit code, or minus the signal number.
+  int torchExitCode() const { return signal ? -*signal : code; }
+  /// The shell's convention: the exit code, or 128 + the signal number.
+  int shellExitCode() const { return signal ? 128 + *signal : code; }
+  /// "exit code 3" or "signal 9 (SIGKILL)".
+  std::string describe() const;
+  /// Decodes a waitpid() status.
+  static ExitStatus fromWaitStatus(int status);
+};
+
+/// What to run. `argv[0]` without a '/' is looked up in PATH (of the agent).
+struct SpawnSpec {
+  std::vector<std::string> argv;
+  std::vector<std::string> env;  ///< "KEY=value" entries: the child's whole environment
+  int stdoutFd = -1;             ///< -1 inherits the agent's stdout
+  int stderrFd = -1;             ///< -1 inherits the agent's stderr
+};
+
+class WorkerProcess {
+ public:
+  using ExitHandler = std::function<void(ExitStatus)>;
+
+  /// Forks and execs `spec` on `io`'s thread. An exec failure does not throw: the worker then
+  /// reports exit code 127 (not found) or 126 (not executable) through `onExit`, with
+  /// execError() saying why. `onExit` runs once, on the io thread.
+  WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec, ExitHandler onExit);
+  /// Last resort: SIGKILLs the group of a worker still running and reaps it.
+  ~WorkerProcess();
+  WorkerProcess(const WorkerProcess&) = delete;
+  WorkerProcess& operator=(const WorkerProcess&) = delete;
+
+  /// The worker's pid (also its process group id); 0 when the exec failed.
+  int pid() const;
+  bool running() const;
+  const std::optional<ExitStatus>& exitStatus() const;
+  /// Why the exec failed ("" when it did not).
+  const std::string& execError() const;
+  /// Sends `signo` to the worker's whole process group (no-op once it exited).
+  void signalGroup(int signo);
+  /// Sends `first` to the group now and SIGKILL after `grace` if the worker is still running;
+  /// `done` runs on the io thread once it has exited (at once if it already has).
+  void stop(int first, std::chrono::milliseconds grace, std::function<void()> done);
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;  // shared with the async handlers, which may outlive a move
+};
+
+}  // namespace dtrun::agent
