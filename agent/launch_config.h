@@ -85,9 +85,20 @@ struct LaunchConfig {
   std::vector<std::string> duplicateStderrFilters;
   std::string eventLog;  ///< --event-log FILE ("" = none)
   std::string logLevel = "warn";
+  std::string eventLogHandler = "null";    ///< --event-log-handler (accepted, see the CLI)
+  std::optional<std::string> logsSpecs;    ///< --logs-specs NAME (accepted; no plugins)
+  std::optional<std::string> numaBinding;  ///< node, socket, exclusive or core-complex
+
+  // What the parser noticed, for main to report once.
+  bool ompNumThreadsSet = false;      ///< baseEnv got OMP_NUM_THREADS=1: log torchrun's notice
+  std::vector<std::string> warnings;  ///< one line each, to log at warning level
+  /// Options given on the command line or through their variable (PET_*, DTRUN_*), by argparse
+  /// dest ("nnodes", "rdzv_endpoint", ...), so later defaults (Slurm) never override them.
+  std::set<std::string> givenOptions;
 
   /// Environment given to every worker before the per-rank variables (the launcher's own
-  /// environment, plus OMP_NUM_THREADS when it was set for the workers).
+  /// environment, plus OMP_NUM_THREADS when it was set for the workers, and
+  /// TORCHELASTIC_SIGNALS_TO_HANDLE as newest torchrun exports it).
   std::map<std::string, std::string> baseEnv;
 };
 

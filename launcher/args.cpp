@@ -1,9 +1,91 @@
 #include "launcher/args.h"
 
+#include <algorithm>
+#include <array>
 #include <cctype>
 #include <charconv>
+#include <cmath>
+#include <csignal>
+#include <string_view>
+#include <system_error>
 
 namespace dtrun::launcher {
+namespace {
+
+std::string trim(std::string_view s) {
+  auto isBlank = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+  while (!s.empty() && isBlank(s.front())) s.remove_prefix(1);
+  while (!s.empty() && isBlank(s.back())) s.remove_suffix(1);
+  return std::string(s);
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (true) {
+    auto pos = s.find(sep, start);
+    out.push_back(s.substr(start, pos == std::string::npos ? std::string::npos : pos - start));
+    if (pos == std::string::npos) return out;
+    start = pos + 1;
+  }
+}
+
+bool allDigits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+struct SignalEntry {
+  const char* name;  // without "SIG"
+  int signo;
+  const char* refusal;  // non-null: why it cannot be handled
+};
+
+// The Linux signals Python's signal module names (torch resolves --signals-to-handle with
+// getattr(signal, name)), plus why dtrun refuses some of them.
+constexpr const char* kUncatchable = "cannot be caught";
+constexpr const char* kFault = "is a synchronous fault signal, not one to forward";
+constexpr std::array<SignalEntry, 33> kSignals{{
+    {"HUP", SIGHUP, nullptr},
+    {"INT", SIGINT, nullptr},
+    {"QUIT", SIGQUIT, nullptr},
+    {"ILL", SIGILL, kFault},
+    {"TRAP", SIGTRAP, kFault},
+    {"ABRT", SIGABRT, nullptr},
+    {"IOT", SIGIOT, nullptr},
+    {"BUS", SIGBUS, kFault},
+    {"FPE", SIGFPE, kFault},
+    {"KILL", SIGKILL, kUncatchable},
+    {"USR1", SIGUSR1, nullptr},
+    {"SEGV", SIGSEGV, kFault},
+    {"USR2", SIGUSR2, nullptr},
+    {"PIPE", SIGPIPE, nullptr},
+    {"ALRM", SIGALRM, nullptr},
+    {"TERM", SIGTERM, nullptr},
+    {"STKFLT", SIGSTKFLT, nullptr},
+    {"CHLD", SIGCHLD, "is how dtrun observes its workers"},
+    {"CLD", SIGCHLD, "is how dtrun observes its workers"},
+    {"CONT", SIGCONT, nullptr},
+    {"STOP", SIGSTOP, kUncatchable},
+    {"TSTP", SIGTSTP, nullptr},
+    {"TTIN", SIGTTIN, nullptr},
+    {"TTOU", SIGTTOU, nullptr},
+    {"URG", SIGURG, nullptr},
+    {"XCPU", SIGXCPU, nullptr},
+    {"XFSZ", SIGXFSZ, nullptr},
+    {"VTALRM", SIGVTALRM, nullptr},
+    {"PROF", SIGPROF, nullptr},
+    {"WINCH", SIGWINCH, nullptr},
+    {"IO", SIGIO, nullptr},
+    {"PWR", SIGPWR, nullptr},
+    {"SYS", SIGSYS, kFault},
+}};
+
+}  // namespace
 
 std::int64_t parseInteger(const std::string& option, const std::string& text, std::int64_t min,
                           std::int64_t max) {
@@ -43,6 +125,264 @@ std::uint64_t parseSize(const std::string& option, const std::string& text) {
                      "': expected a positive number of bytes, optionally with K, M or G");
   }
   return v * unit;
+}
+
+std::chrono::milliseconds parseSeconds(const std::string& option, const std::string& text,
+                                       bool allowZero) {
+  double v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  bool ok = !text.empty() && ec == std::errc() && end == text.data() + text.size() &&
+            std::isfinite(v) && (allowZero ? v >= 0 : v > 0) && v <= 1e9;
+  if (!ok) {
+    throw UsageError(option + ": invalid value '" + text + "': expected a number of seconds " +
+                     (allowZero ? ">= 0" : "> 0") + " such as 30 or 0.5");
+  }
+  return std::chrono::ceil<std::chrono::milliseconds>(std::chrono::duration<double>(v));
+}
+
+bool parseBool(const std::string& option, const std::string& text) {
+  std::string v = lower(text);
+  if (v == "1" || v == "true" || v == "t" || v == "yes" || v == "y") return true;
+  if (v == "0" || v == "false" || v == "f" || v == "no" || v == "n") return false;
+  throw UsageError(option + ": invalid value '" + text +
+                   "': expected a boolean: 1, true, t, yes, y or 0, false, f, no, n");
+}
+
+bool parseEnvFlag(const std::string& variable, const std::string& text) {
+  // Python's int() also accepts blanks around the number and a sign.
+  std::string v = trim(text);
+  if (!v.empty() && (v.front() == '+' || v.front() == '-')) v.erase(0, 1);
+  if (!allDigits(v)) {
+    throw UsageError(variable + ": invalid value '" + text +
+                     "': expected an integer (1 = on, 0 = off), as torchrun reads it");
+  }
+  return v.find_first_not_of('0') != std::string::npos;
+}
+
+NodeRange parseNodeRange(const std::string& option, const std::string& text) {
+  auto parts = split(text, ':');
+  auto parseCount = [&](const std::string& s, int& out) {
+    std::int64_t v = 0;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || ec != std::errc() || end != s.data() + s.size() || v < 1 || v > (1 << 24)) {
+      return false;
+    }
+    out = static_cast<int>(v);
+    return true;
+  };
+  NodeRange r;
+  bool ok = false;
+  if (parts.size() == 1) {
+    ok = parseCount(parts[0], r.min);
+    r.max = r.min;
+  } else if (parts.size() == 2) {
+    ok = parseCount(parts[0], r.min) && parseCount(parts[1], r.max) && r.min <= r.max;
+  }
+  if (!ok) {
+    throw UsageError(option + ": invalid value '" + text +
+                     "': expected N or MIN:MAX with 0 < MIN <= MAX");
+  }
+  return r;
+}
+
+Endpoint parseEndpoint(const std::string& option, const std::string& text,
+                       std::optional<std::uint16_t> defaultPort) {
+  const std::string forms = "expected HOST[:PORT] or [IPV6][:PORT] with PORT from 0 to 65535";
+  std::string ep = trim(text);
+  if (ep.empty()) {
+    if (!defaultPort) throw UsageError(option + ": no port in '" + text + "': " + forms);
+    return {"localhost", *defaultPort};
+  }
+  // torch: a value that starts with '[' and ends with ']' is an IPv6 address without a port;
+  // otherwise the port is whatever follows the last ':' (so a bare IPv6 address needs brackets).
+  std::string host = ep;
+  std::optional<std::string> portText;
+  if (!(ep.front() == '[' && ep.back() == ']')) {
+    if (auto colon = ep.rfind(':'); colon != std::string::npos) {
+      host = ep.substr(0, colon);
+      portText = ep.substr(colon + 1);
+    }
+  }
+  if (host.size() > 1 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  Endpoint out;
+  if (portText) {
+    if (portText->size() > 5 || !allDigits(*portText) || std::stoi(*portText) > 65535) {
+      throw UsageError(option + ": invalid port in '" + text + "': " + forms);
+    }
+    out.port = static_cast<std::uint16_t>(std::stoi(*portText));
+  } else if (defaultPort) {
+    out.port = *defaultPort;
+  } else {
+    throw UsageError(option + ": no port in '" + text + "': " + forms);
+  }
+  bool hostOk = !host.empty() && std::all_of(host.begin(), host.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == ':' ||
+           c == '-';
+  });
+  if (!hostOk) {
+    throw UsageError(option + ": invalid host in '" + text + "': " + forms +
+                     "; HOST is a name, an IPv4 address or an IPv6 address");
+  }
+  out.host = host;
+  return out;
+}
+
+agent::StdSpec parseStdSpec(const std::string& option, const std::string& text) {
+  auto fail = [&]() {
+    return UsageError(option + ": invalid value '" + text +
+                      "': expected 0 (none), 1 (stdout), 2 (stderr), 3 (both) for every local "
+                      "rank, or LOCAL_RANK:V,... such as 0:1,1:2");
+  };
+  auto stdOf = [&](const std::string& v) {
+    if (v.size() != 1 || v[0] < '0' || v[0] > '3') throw fail();
+    return static_cast<agent::Std>(v[0] - '0');
+  };
+  agent::StdSpec spec;
+  if (text.find(':') == std::string::npos) {
+    spec.all = stdOf(text);
+    return spec;
+  }
+  for (const auto& item : split(text, ',')) {
+    auto colon = item.find(':');
+    if (colon == std::string::npos) throw fail();
+    std::string rank = item.substr(0, colon);
+    if (!allDigits(rank) || rank.size() > 6) throw fail();
+    spec.perLocalRank[std::stoi(rank)] = stdOf(item.substr(colon + 1));
+  }
+  return spec;
+}
+
+std::map<std::string, std::string> parseKeyValueList(const std::string& option,
+                                                     const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::string s = trim(text);
+  if (s.empty()) return out;
+  for (const auto& item : split(s, ',')) {
+    auto eq = item.find('=');
+    std::string key = trim(item.substr(0, eq));
+    if (key.empty()) {
+      throw UsageError(option + ": invalid value '" + text +
+                       "': expected KEY=VALUE[,KEY=VALUE...] with non-empty keys");
+    }
+    std::string value = eq == std::string::npos ? "" : trim(item.substr(eq + 1));
+    if (value.empty()) {
+      throw UsageError(option + ": key '" + key +
+                       "' has no value: expected KEY=VALUE[,KEY=VALUE...]");
+    }
+    out[key] = value;
+  }
+  return out;
+}
+
+std::vector<int> parseSignalList(const std::string& option, const std::string& text) {
+  std::vector<int> out;
+  for (const auto& item : split(text, ',')) {
+    std::string name = trim(item);
+    std::string upper = name;
+    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (upper.rfind("SIG", 0) == 0) upper.erase(0, 3);
+    auto it = std::find_if(kSignals.begin(), kSignals.end(),
+                           [&](const SignalEntry& e) { return upper == e.name; });
+    if (name.empty() || it == kSignals.end()) {
+      throw UsageError(option + ": unknown signal '" + name + "' in '" + text +
+                       "': expected a comma list of signal names such as SIGTERM,SIGUSR1");
+    }
+    if (it->refusal) {
+      throw UsageError(option + ": SIG" + std::string(it->name) + " " + it->refusal +
+                       "; expected a comma list of signal names such as SIGTERM,SIGUSR1");
+    }
+    if (std::find(out.begin(), out.end(), it->signo) == out.end()) out.push_back(it->signo);
+  }
+  return out;
+}
+
+std::string signalName(int signo) {
+  for (const auto& e : kSignals) {
+    // IOT and CLD are aliases; the first entry for a number is its usual name.
+    if (e.signo == signo) return std::string("SIG") + e.name;
+  }
+  return "SIG" + std::to_string(signo);
+}
+
+std::vector<std::string> splitEscapedCommaList(const std::string& text) {
+  std::vector<std::string> out;
+  std::string current;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != ',') {
+      current += text[i];
+    } else if (i + 1 < text.size() && text[i + 1] == ',') {
+      current += ',';
+      ++i;
+    } else {
+      if (!current.empty()) out.push_back(current);
+      current.clear();
+    }
+  }
+  if (!current.empty()) out.push_back(current);
+  return out;
+}
+
+std::set<int> parseRankSet(const std::string& option, const std::string& text) {
+  std::set<int> out;
+  for (const auto& item : split(text, ',')) {
+    std::string v = trim(item);
+    std::int64_t rank = -1;
+    auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), rank);
+    if (v.empty() || ec != std::errc() || end != v.data() + v.size() || rank < 0 ||
+        rank > (1 << 20)) {
+      throw UsageError(option + ": invalid value '" + text +
+                       "': expected a comma list of local ranks such as 0,1,2");
+    }
+    out.insert(static_cast<int>(rank));
+  }
+  return out;
+}
+
+int countVisibleGpus(const std::filesystem::path& devDir,
+                     const std::optional<std::string>& cudaVisibleDevices) {
+  int raw = 0;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(devDir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    if (name.rfind("nvidia", 0) == 0 && allDigits(std::string_view(name).substr(6))) ++raw;
+  }
+  if (!cudaVisibleDevices || raw == 0) return raw;
+
+  // torch.cuda._parse_visible_devices, then the trim to the devices that exist.
+  const std::string& var = *cudaVisibleDevices;
+  auto items = split(var, ',');
+  for (const char* prefix : {"GPU-", "MIG-"}) {
+    if (var.rfind(prefix, 0) != 0) continue;
+    std::vector<std::string> seen;
+    for (const auto& item : items) {
+      if (std::find(seen.begin(), seen.end(), item) != seen.end()) return 0;
+      if (item.rfind(prefix, 0) != 0) break;
+      seen.push_back(item);
+    }
+    // UUIDs cannot be checked without NVML. A GPU has one UUID, but a GPU split by MIG shows
+    // several devices, so only GPU- lists are capped at the number of device files.
+    int n = static_cast<int>(seen.size());
+    return std::string(prefix) == "GPU-" ? std::min(n, raw) : n;
+  }
+  std::vector<long> ordinals;
+  for (const auto& item : items) {
+    // Like strtoul: the leading digits count ("1gpu" is 1); no digits or a '-' sign stops.
+    std::string s = trim(item);
+    std::size_t i = (!s.empty() && (s[0] == '+' || s[0] == '-')) ? 1 : 0;
+    std::size_t digits = i;
+    while (digits < s.size() && std::isdigit(static_cast<unsigned char>(s[digits]))) ++digits;
+    if (digits == i || digits - i > 9) break;
+    long v = std::stol(s.substr(0, digits));
+    if (v < 0) break;
+    if (std::find(ordinals.begin(), ordinals.end(), v) != ordinals.end()) return 0;
+    ordinals.push_back(v);
+  }
+  int n = 0;
+  while (n < static_cast<int>(ordinals.size()) && ordinals[n] < raw) ++n;
+  return n;
 }
 
 }  // namespace dtrun::launcher

@@ -1,9 +1,18 @@
-// Small helpers for command-line values: one line naming the option and the accepted forms.
+// Small helpers for command-line values: each parses one value given to one option and throws a
+// UsageError whose one line names the option (or the environment variable the value came from)
+// and the accepted forms. No helper reads the environment or keeps state.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
 #include <string>
+#include <vector>
 
+#include "agent/launch_config.h"
 #include "rendezvous/error.h"
 
 namespace dtrun::launcher {
@@ -20,5 +29,70 @@ std::int64_t parseInteger(const std::string& option, const std::string& text, st
 
 /// Parses a size such as 4096, 64K, 8M or 1G (binary units) given to `option`.
 std::uint64_t parseSize(const std::string& option, const std::string& text);
+
+/// Parses seconds as an integer or a float ("30", "0.5", "1e3"), finite, > 0 (>= 0 when
+/// `allowZero`), at most 1e9; returns them rounded up to whole milliseconds (0.0001 -> 1 ms).
+std::chrono::milliseconds parseSeconds(const std::string& option, const std::string& text,
+                                       bool allowZero = false);
+
+/// Parses a boolean as torch's RendezvousParameters.get_as_bool does: 1/true/t/yes/y and
+/// 0/false/f/no/n, in any case.
+bool parseBool(const std::string& option, const std::string& text);
+
+/// Parses a flag's environment value as torchrun's check_env does (bool(int(v))): an integer,
+/// non-zero = on. "true" is an error, as it is in torchrun.
+bool parseEnvFlag(const std::string& variable, const std::string& text);
+
+/// Node counts of --nnodes.
+struct NodeRange {
+  int min = 1;
+  int max = 1;
+};
+
+/// Parses --nnodes: "N" or "MIN:MAX" with 0 < MIN <= MAX.
+NodeRange parseNodeRange(const std::string& option, const std::string& text);
+
+/// A rendezvous endpoint after torch's parse_rendezvous_endpoint: brackets of [v6] removed.
+struct Endpoint {
+  std::string host;
+  std::uint16_t port = 0;
+};
+
+/// Parses host[:port] or [v6][:port] with torch's rules (spec §4.1): surrounding blanks ignored;
+/// "" -> localhost; the port is 1-5 digits below 65536; the host matches ^[A-Za-z0-9_.:-]+$.
+/// Without a port, `defaultPort` is used, or a UsageError is thrown when there is none.
+Endpoint parseEndpoint(const std::string& option, const std::string& text,
+                       std::optional<std::uint16_t> defaultPort);
+
+/// Parses a --redirects/--tee value: one of 0-3 for every local rank, or a map "lr:v,lr:v" with
+/// v in 0-3 (newest torchrun allows one digit per local rank; dtrun allows any number).
+agent::StdSpec parseStdSpec(const std::string& option, const std::string& text);
+
+/// Parses --rdzv-conf as torch's _parse_rendezvous_config: "k1=v1,k2=v2", blanks around keys and
+/// values dropped, values kept as strings; an empty key or value is an error.
+std::map<std::string, std::string> parseKeyValueList(const std::string& option,
+                                                     const std::string& text);
+
+/// Parses a comma list of signal names (SIGTERM, sigterm or TERM) into signal numbers, without
+/// duplicates, in the order given. Signals no process can catch or that dtrun needs itself
+/// (KILL, STOP, CHLD, SEGV, BUS, FPE, ILL) are errors.
+std::vector<int> parseSignalList(const std::string& option, const std::string& text);
+
+/// The canonical name of a signal ("SIGTERM"), or "SIG<n>" for one without a name here.
+std::string signalName(int signo);
+
+/// Splits a comma list where ",," stands for a literal comma (torchrun's comma_separated_list);
+/// empty items are dropped.
+std::vector<std::string> splitEscapedCommaList(const std::string& text);
+
+/// Parses a non-empty comma list of local ranks ("0,1,2") into a set.
+std::set<int> parseRankSet(const std::string& option, const std::string& text);
+
+/// Counts the GPUs a CUDA program would see, without CUDA: the /dev/nvidiaN device files in
+/// `devDir`, restricted by `cudaVisibleDevices` (unset = all) the way torch parses it: ordinals
+/// stop at the first negative or out-of-range entry, GPU-/MIG- UUID lists count their entries, and
+/// a repeated entry hides every device. Returns 0 when the directory cannot be read.
+int countVisibleGpus(const std::filesystem::path& devDir,
+                     const std::optional<std::string>& cudaVisibleDevices);
 
 }  // namespace dtrun::launcher
