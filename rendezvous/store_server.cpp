@@ -89,7 +89,13 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
       return;
     }
     if (ec) {
-      if (ec != asio::error::eof && ec != asio::error::connection_reset) {
+      if (!in_.empty()) {
+        // The peer left with a frame half sent: a truncated frame, named like any bad one.
+        server_.log_->warn(
+            "store: closing connection from {}: it ended inside a request ({} "
+            "bytes of a truncated frame)",
+            peer_, in_.size());
+      } else if (ec != asio::error::eof && ec != asio::error::connection_reset) {
         server_.log_->debug("store: connection {} read error: {}", peer_, ec.message());
       }
       close();

@@ -271,6 +271,23 @@ TEMPLATE_TEST_CASE("store contract", "[store]", InMemoryFactory, PrefixFactory, 
     a->multiSet({}, {});
   }
 
+  SECTION("waitChange returns a value other than the old one, waiting for it up to the timeout") {
+    // An absent key keeps the caller waiting, even when `old` is empty.
+    CHECK_THROWS_AS(a->waitChange("wc", "", 50ms), dtrun::TimeoutError);
+    a->set("wc", "1");
+    CHECK(a->waitChange("wc", "0", 1s) == "1");
+    CHECK(a->waitChange("wc", "", 1s) == "1");
+    std::string msg = errorText([&] { a->waitChange("wc", "1", 50ms); });
+    CHECK_THAT(msg, Contains("wc") && Contains("ms"));
+    CHECK(a->add("after", 1) == 1);
+    Background writer([&] {
+      b->set("wc", "1");  // the same value again: not a change
+      b->add("wc", 1);
+    });
+    CHECK(a->waitChange("wc", "1", 20s) == "2");
+    writer.join();
+  }
+
   SECTION("several waiters on one key all wake on one write") {
     constexpr int kWaiters = 8;
     // A waiter that gave up on the key first must not disturb the ones that follow.
