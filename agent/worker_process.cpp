@@ -8,6 +8,9 @@
 
 #include <boost/asio/post.hpp>
 #include <boost/process/v2/environment.hpp>
+// Boost 1.81's header-only mode leaves process_environment::on_setup undefined; its definition
+// lives here (inline in header-only mode).
+#include <boost/process/v2/impl/environment.ipp>
 #include <boost/process/v2/posix/default_launcher.hpp>
 #include <boost/process/v2/process.hpp>
 #include <boost/process/v2/stdio.hpp>

@@ -1,12 +1,40 @@
-// dtrun: the launcher executable. Subcommand `store` runs a standalone store; everything else is
-// torchrun's command line.
-#include <cstring>
+// dtrun: the launcher executable. `dtrun store ...` runs a standalone store; everything else is
+// torchrun's command line (launcher/cli.h), run by launcher/launch.h.
+#include <signal.h>
 
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "launcher/cli.h"
+#include "launcher/launch.h"
 #include "launcher/store_command.h"
 
+extern char** environ;
+
 int main(int argc, char** argv) {
+  // Writes to a closed pipe (a worker's log reader gone) must fail, not kill the agent.
+  ::signal(SIGPIPE, SIG_IGN);
   if (argc >= 2 && std::strcmp(argv[1], "store") == 0) {
     return dtrun::launcher::runStoreCommand(argc - 2, argv + 2);
   }
-  return dtrun::launcher::runStoreCommand(0, nullptr);
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (eq) env.emplace(std::string(*e, static_cast<std::size_t>(eq - *e)), std::string(eq + 1));
+  }
+  dtrun::agent::LaunchConfig config;
+  try {
+    config =
+        dtrun::launcher::parseCommandLine(std::vector<std::string>(argv + 1, argv + argc), env);
+  } catch (const dtrun::launcher::HelpRequested& help) {
+    std::fputs(help.text().c_str(), stdout);
+    return 0;
+  } catch (const dtrun::launcher::UsageError& e) {
+    std::fprintf(stderr, "%s\ndtrun: error: %s\n", dtrun::launcher::usageText().c_str(), e.what());
+    return 2;
+  }
+  return dtrun::launcher::runLaunch(config);
 }

@@ -1,0 +1,203 @@
+#include "agent/job_client.h"
+
+#include <boost/asio/post.hpp>
+
+#include "rendezvous/error.h"
+
+namespace dtrun::agent {
+
+using rendezvous::DynamicRendezvous;
+using rendezvous::Store;
+using rendezvous::TcpStore;
+using rendezvous::TcpStoreOptions;
+
+JobClient::JobClient(boost::asio::io_context& io, JobClientOptions options,
+                     std::shared_ptr<spdlog::logger> log)
+    : io_(io),
+      options_(std::move(options)),
+      log_(std::move(log)),
+      address_(options_.store.host + ":" + std::to_string(options_.store.port)),
+      jobPrefix_("dtrun/" + options_.runId) {
+  options_.store.dialect = rendezvous::wire::Dialect::kTorch2;
+  ops_ = std::make_shared<TcpStore>(options_.store);
+  TcpStoreOptions quick = options_.store;
+  quick.timeout = options_.heartbeatTimeout;
+  membership_ = std::make_shared<TcpStore>(quick);
+  watcher_ = std::make_shared<TcpStore>(quick);
+  // A stopped or cut-off agent keeps its socket open; the lease makes the server close it after
+  // keep_alive_interval x keep_alive_max_attempt of silence, which the others then see.
+  membership_->lease(options_.keepAliveInterval * options_.keepAliveMaxAttempt);
+  job_ = std::make_shared<rendezvous::PrefixStore>(jobPrefix_, ops_);
+  rdzv_ = std::make_unique<DynamicRendezvous>(
+      job_, options_.me, options_.rendezvous,
+      [this](std::int64_t round) {
+        // Runs on the store thread, before this node joins `round`.
+        if (!epochRegistered_) {
+          membership_->addOnClose(job_->joinKey(DynamicRendezvous::epochKey()), 1);
+          epochRegistered_ = true;
+        }
+        membership_->addOnClose(job_->joinKey(DynamicRendezvous::goneKey(round)), 1);
+      },
+      log_, [this] { return stopping_.load(); });
+  storeThread_ = std::thread([this] { storeLoop(); });
+  heartbeatThread_ = std::thread([this] { heartbeatLoop(); });
+}
+
+JobClient::~JobClient() { close(); }
+
+void JobClient::close() {
+  if (stopping_.exchange(true)) return;
+  {
+    std::lock_guard lock(mutex_);
+    jobs_.clear();
+  }
+  cv_.notify_all();
+  ops_->interrupt();
+  membership_->interrupt();
+  watcher_->interrupt();
+  for (auto* t : {&storeThread_, &heartbeatThread_, &watchThread_}) {
+    if (t->joinable()) t->join();
+  }
+}
+
+void JobClient::enqueue(Job job) {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return;
+    jobs_.push_back(std::move(job));
+  }
+  cv_.notify_all();
+}
+
+template <typename T, typename F>
+void JobClient::run(F work, std::function<void(Result<T>)> done) {
+  enqueue([this, work = std::move(work), done = std::move(done)]() mutable {
+    Result<T> r;
+    try {
+      r.value = work();
+    } catch (...) {
+      r.error = std::current_exception();
+    }
+    if (stopping_) return;  // the agent is gone or going; nobody waits for this
+    boost::asio::post(io_, [done = std::move(done), r = std::move(r)] { done(r); });
+  });
+}
+
+void JobClient::storeLoop() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock lock(mutex_);
+      cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+      if (stopping_) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    job();
+  }
+}
+
+void JobClient::heartbeatLoop() {
+  std::unique_lock lock(mutex_);
+  while (!stopping_) {
+    cv_.wait_for(lock, options_.keepAliveInterval, [this] { return stopping_.load(); });
+    if (stopping_) return;
+    lock.unlock();
+    try {
+      membership_->ping();
+    } catch (const std::exception& e) {
+      lost(std::string("heartbeat failed: ") + e.what());
+      return;
+    }
+    lock.lock();
+  }
+}
+
+void JobClient::watchLoop() {
+  const std::string key = job_->joinKey(DynamicRendezvous::epochKey());
+  try {
+    std::string seen = std::to_string(watcher_->add(key, 0));
+    while (!stopping_) {
+      seen = watcher_->waitChange(key, seen, Store::kNoTimeout);
+      boost::asio::post(io_, [this] {
+        if (onChange_) onChange_();
+      });
+    }
+  } catch (const std::exception& e) {
+    lost(std::string("watching the job failed: ") + e.what());
+  }
+}
+
+void JobClient::lost(const std::string& why) {
+  if (stopping_ || lostReported_.exchange(true)) return;
+  boost::asio::post(io_, [this, why] {
+    if (onLost_) onLost_(why);
+  });
+}
+
+void JobClient::watch(std::function<void()> onChange, std::function<void(std::string)> onLost) {
+  if (watchThread_.joinable()) return;
+  onChange_ = std::move(onChange);
+  onLost_ = std::move(onLost);
+  watchThread_ = std::thread([this] { watchLoop(); });
+}
+
+void JobClient::join(std::function<void(Result<rendezvous::RoundInfo>)> done) {
+  run<rendezvous::RoundInfo>([this] { return rdzv_->join(); }, std::move(done));
+}
+
+void JobClient::state(std::int64_t round, std::function<void(Result<rendezvous::JobState>)> done) {
+  run<rendezvous::JobState>([this, round] { return rdzv_->state(round); }, std::move(done));
+}
+
+void JobClient::reportFailure(std::int64_t round, std::string failureJson, int maxRestarts,
+                              std::function<void(Result<bool>)> done) {
+  run<bool>(
+      [this, round, failureJson = std::move(failureJson), maxRestarts] {
+        rdzv_->reportFailure(round, failureJson);
+        return rdzv_->advance(round, rendezvous::AdvanceReason::kFailure, maxRestarts);
+      },
+      std::move(done));
+}
+
+void JobClient::advance(std::int64_t round, std::function<void(Result<bool>)> done) {
+  run<bool>(
+      [this, round] { return rdzv_->advance(round, rendezvous::AdvanceReason::kMembership, 0); },
+      std::move(done));
+}
+
+void JobClient::markDone(std::int64_t round, std::function<void(Result<std::int64_t>)> done) {
+  run<std::int64_t>([this, round] { return rdzv_->markDone(round); }, std::move(done));
+}
+
+void JobClient::failures(std::int64_t round,
+                         std::function<void(Result<std::vector<std::string>>)> done) {
+  run<std::vector<std::string>>([this, round] { return rdzv_->failures(round); }, std::move(done));
+}
+
+void JobClient::abortWorkers(std::int64_t round, std::string reason) {
+  enqueue([this, round, reason = std::move(reason)] {
+    try {
+      // Not under the job prefix: worker_runtime watches /dtrun/abort/<round> (see its header).
+      ops_->set("dtrun/abort/" + std::to_string(round), reason);
+    } catch (const std::exception& e) {
+      log_->warn("could not tell native workers to abort round {}: {}", round, e.what());
+    }
+  });
+}
+
+void JobClient::exchangeMaster(std::int64_t round, std::optional<std::string> mine,
+                               std::function<void(Result<std::string>)> done) {
+  run<std::string>(
+      [this, round, mine = std::move(mine)] {
+        const std::string key = DynamicRendezvous::roundKey(round, "master");
+        if (mine) {
+          job_->set(key, *mine);
+          return *mine;
+        }
+        return job_->get(key, options_.rendezvous.joinTimeout);
+      },
+      std::move(done));
+}
+
+}  // namespace dtrun::agent

@@ -1,0 +1,54 @@
+#include "agent/worker_group.h"
+
+#include <boost/asio/post.hpp>
+
+namespace dtrun::agent {
+
+void WorkerGroup::start(const std::vector<WorkerSpec>& specs, ExitHandler onExit) {
+  workers_.clear();
+  workers_.reserve(specs.size());
+  for (const auto& spec : specs) {
+    int lr = spec.localRank;
+    workers_.push_back(std::make_unique<WorkerProcess>(
+        io_, spec.spawn, [onExit, lr](ExitStatus s) { onExit(lr, s); }));
+  }
+}
+
+void WorkerGroup::signalAll(int signo) {
+  for (auto& w : workers_) w->signalGroup(signo);
+}
+
+void WorkerGroup::stop(int first, std::chrono::milliseconds grace, std::function<void()> done) {
+  auto remaining = std::make_shared<std::size_t>(0);
+  for (auto& w : workers_) {
+    if (w->running()) ++*remaining;
+  }
+  if (*remaining == 0) {
+    if (done) boost::asio::post(io_, std::move(done));
+    return;
+  }
+  auto shared = std::make_shared<std::function<void()>>(std::move(done));
+  for (auto& w : workers_) {
+    if (!w->running()) continue;
+    w->stop(first, grace, [remaining, shared] {
+      if (--*remaining == 0 && *shared) (*shared)();
+    });
+  }
+}
+
+bool WorkerGroup::anyRunning() const {
+  for (const auto& w : workers_) {
+    if (w->running()) return true;
+  }
+  return false;
+}
+
+std::set<int> WorkerGroup::runningPids() const {
+  std::set<int> pids;
+  for (const auto& w : workers_) {
+    if (w->running() && w->pid() > 0) pids.insert(w->pid());
+  }
+  return pids;
+}
+
+}  // namespace dtrun::agent

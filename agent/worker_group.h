@@ -1,0 +1,53 @@
+// WorkerGroup: the workers of one round on this node. All or nothing: a stop ends every one.
+// Io thread only.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+
+#include "agent/worker_process.h"
+
+namespace dtrun::agent {
+
+/// One worker to start: its local rank and what to run.
+struct WorkerSpec {
+  int localRank = 0;
+  int rank = 0;
+  SpawnSpec spawn;
+};
+
+class WorkerGroup {
+ public:
+  /// Called once per worker, on the io thread, when it exits.
+  using ExitHandler = std::function<void(int localRank, ExitStatus status)>;
+
+  explicit WorkerGroup(boost::asio::io_context& io) : io_(io) {}
+  WorkerGroup(const WorkerGroup&) = delete;
+  WorkerGroup& operator=(const WorkerGroup&) = delete;
+
+  /// Spawns every worker (the group must be empty or fully exited).
+  void start(const std::vector<WorkerSpec>& specs, ExitHandler onExit);
+  /// Sends `signo` to every running worker's process group.
+  void signalAll(int signo);
+  /// `first` to every running worker's group, SIGKILL after `grace`; `done` once all exited.
+  void stop(int first, std::chrono::milliseconds grace, std::function<void()> done);
+  /// Forgets the exited workers (before a new start()).
+  void clear() { workers_.clear(); }
+
+  bool anyRunning() const;
+  std::size_t size() const { return workers_.size(); }
+  const WorkerProcess& worker(int localRank) const { return *workers_.at(localRank); }
+  /// The pids of running workers (for the orphan sweep).
+  std::set<int> runningPids() const;
+
+ private:
+  boost::asio::io_context& io_;
+  std::vector<std::unique_ptr<WorkerProcess>> workers_;
+};
+
+}  // namespace dtrun::agent

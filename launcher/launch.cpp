@@ -1,0 +1,193 @@
+#include "launcher/launch.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <thread>
+
+#include "agent/agent.h"
+#include "agent/job_client.h"
+#include "launcher/logging.h"
+#include "rendezvous/error.h"
+#include "rendezvous/store_server.h"
+
+namespace dtrun::launcher {
+namespace {
+
+std::string hostName() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+// Every address `host` resolves to, as text.
+std::set<std::string> resolve(const std::string& host) {
+  std::set<std::string> out;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return out;
+  for (addrinfo* ai = res; ai; ai = ai->ai_next) {
+    char text[INET6_ADDRSTRLEN] = {};
+    const void* a =
+        ai->ai_family == AF_INET
+            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(ai->ai_addr)->sin_addr)
+            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(ai->ai_addr)->sin6_addr);
+    if (::inet_ntop(ai->ai_family, a, text, sizeof(text))) out.insert(text);
+  }
+  ::freeaddrinfo(res);
+  return out;
+}
+
+std::set<std::string> localAddresses() {
+  std::set<std::string> out;
+  ifaddrs* ifs = nullptr;
+  if (::getifaddrs(&ifs) != 0) return out;
+  for (ifaddrs* i = ifs; i; i = i->ifa_next) {
+    if (!i->ifa_addr) continue;
+    int family = i->ifa_addr->sa_family;
+    if (family != AF_INET && family != AF_INET6) continue;
+    char text[INET6_ADDRSTRLEN] = {};
+    const void* a =
+        family == AF_INET
+            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr)
+            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr);
+    if (::inet_ntop(family, a, text, sizeof(text))) out.insert(text);
+  }
+  ::freeifaddrs(ifs);
+  return out;
+}
+
+bool isLoopback(const std::string& addr) {
+  in_addr v4{};
+  if (::inet_pton(AF_INET, addr.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, addr.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
+  return false;
+}
+
+// The store server on a thread of its own, for as long as this object lives.
+class HostedStore {
+ public:
+  HostedStore(rendezvous::StoreServerOptions options, std::shared_ptr<spdlog::logger> log)
+      : server_(io_, std::move(options), std::move(log)) {
+    server_.start();
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  ~HostedStore() {
+    boost::asio::post(io_, [this] { server_.stop(); });
+    thread_.join();
+  }
+  std::uint16_t port() const { return server_.endpoint().port(); }
+
+ private:
+  boost::asio::io_context io_{1};
+  rendezvous::StoreServer server_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+std::string fullyQualifiedHostName() {
+  const std::string name = hostName();
+  addrinfo hints{};
+  hints.ai_flags = AI_CANONNAME;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(name.c_str(), nullptr, &hints, &res) != 0) return name;
+  std::string canon = res && res->ai_canonname ? res->ai_canonname : name;
+  ::freeaddrinfo(res);
+  return canon;
+}
+
+bool matchesThisMachine(const std::string& host) {
+  if (host == "localhost" || isLoopback(host)) return true;
+  const std::string name = hostName();
+  if (host == name || host == fullyQualifiedHostName()) return true;
+  const auto mine = localAddresses();
+  for (const auto& addr : resolve(host)) {
+    if (isLoopback(addr) || mine.count(addr)) return true;
+  }
+  return false;
+}
+
+int runLaunch(const agent::LaunchConfig& config) {
+  auto agentLog = makeLogger("agent", config.logLevel);
+  auto storeLog = makeLogger("store", config.logLevel);
+  for (const auto& w : config.warnings) agentLog->warn("{}", w);
+
+  const auto& rdzv = config.rdzv;
+  const bool isStatic = rdzv.backend == "static";
+  std::string storeHost = isStatic ? rdzv.masterAddr : rdzv.host;
+  std::uint16_t storePort = isStatic ? rdzv.masterPort.value_or(29500) : rdzv.port;
+  if (storeHost.empty()) storeHost = "localhost";
+
+  // Who serves the store: --standalone always; static: node rank 0; c10d: the agent whose
+  // machine the endpoint names (or is_host), and of several agents there the first to bind.
+  bool inferred = !rdzv.isHost.has_value();
+  bool host = config.standalone ? true
+              : isStatic        ? rdzv.nodeRank == 0
+                                : rdzv.isHost.value_or(matchesThisMachine(storeHost));
+  std::unique_ptr<HostedStore> hosted;
+  if (host) {
+    rendezvous::StoreServerOptions options;
+    options.host = config.standalone ? "127.0.0.1" : "0.0.0.0";
+    options.port = storePort;
+    try {
+      hosted = std::make_unique<HostedStore>(options, storeLog);
+      storePort = hosted->port();
+    } catch (const ConnectionError& e) {
+      if (!inferred || config.standalone || isStatic) {
+        agentLog->error("{}", e.what());
+        return 1;
+      }
+      // Another agent on this machine was first: be its client.
+      agentLog->info("rendezvous store already served on this machine ({}); joining it", e.what());
+    }
+  }
+
+  agent::JobClientOptions jc;
+  jc.store.host = hosted ? "127.0.0.1" : storeHost;
+  jc.store.port = storePort;
+  jc.store.connectTimeout = rdzv.joinTimeout;
+  jc.store.timeout = rdzv.readTimeout;
+  jc.runId = rdzv.runId;
+  jc.me.host = fullyQualifiedHostName();
+  jc.me.addr = rdzv.localAddr.empty() ? jc.me.host : rdzv.localAddr;
+  jc.me.pid = static_cast<int>(::getpid());
+  jc.me.nproc = config.nprocPerNode;
+  jc.me.role = config.role;
+  jc.rendezvous.minNodes = rdzv.minNodes;
+  jc.rendezvous.maxNodes = rdzv.maxNodes;
+  if (isStatic) jc.rendezvous.fixedRank = rdzv.nodeRank;
+  jc.rendezvous.joinTimeout = rdzv.joinTimeout;
+  jc.rendezvous.lastCallTimeout = rdzv.lastCallTimeout;
+  jc.keepAliveInterval = rdzv.keepAliveInterval;
+  jc.keepAliveMaxAttempt = rdzv.keepAliveMaxAttempt;
+  jc.heartbeatTimeout = rdzv.heartbeatTimeout;
+
+  agent::AgentContext context;
+  context.hostname = jc.me.host;
+  context.hostsStore = hosted != nullptr;
+  context.masterAddr = config.standalone ? "127.0.0.1" : storeHost;
+  context.masterPort = storePort;
+
+  try {
+    boost::asio::io_context io(1);
+    agent::JobClient job(io, jc, makeLogger("rdzv", config.logLevel));
+    agent::Agent agent(io, config, job, context, agentLog);
+    return agent.run();
+  } catch (const std::exception& e) {
+    agentLog->error("{}", e.what());
+    return 1;
+  }
+}
+
+}  // namespace dtrun::launcher

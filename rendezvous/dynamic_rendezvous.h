@@ -1,0 +1,149 @@
+// DynamicRendezvous: dtrun's c10d-style rendezvous, plus the job-wide state every agent shares.
+//
+// Joining costs O(1) store round trips per node (DESIGN.md, decision 2): one ADD on the round's
+// counter, which packs `nodes << 32 | procs`, hands each node its group rank and its global rank
+// offset at once; the round closes with one COMPARE_SET of its `closed` key, whose value is the
+// counter as it stood then. A node whose index is past the closed count waits for the next
+// round. Keys, all under the job's PrefixStore ("dtrun/<run id>"):
+//
+//   round              the open round (a counter; moved only by the winner of `advance`)
+//   epoch              bumped by every event an agent must look at (watchers WAIT_CHANGE it)
+//   restarts           failure restarts so far, job-wide (checked against --max-restarts)
+//   final              set once the job has failed for good (JSON)
+//   r<R>/join          packed join counter          r<R>/closed    packed counter at close
+//   r<R>/expect        nodes expected in round R    r<R>/node/<i>  NodeInfo JSON of rank i
+//   r<R>/gone          members whose connection closed (ADD_ON_CLOSE by the TCP layer)
+//   r<R>/waiting       nodes that came too late for R
+//   r<R>/advance       first ADD wins the right to open R+1     r<R+1>/opened  R+1 is open
+//   r<R>/failures      worker failures, one JSON per line       r<R>/done      nodes finished
+//
+// Round life:  open --(max joined | expected joined | last call after min)--> closed
+//              closed --(failure | member gone | late node waiting)--> advance --> R+1 open
+//
+// Static rendezvous (torchrun's legacy mode) is the same protocol with the group rank fixed to
+// --node-rank and the round closing when all --nnodes have joined.
+#pragma once
+
+#include <spdlog/logger.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rendezvous/store.h"
+
+namespace dtrun::rendezvous {
+
+/// What a node tells the others about itself.
+struct NodeInfo {
+  std::string host;  ///< hostname, for reports
+  std::string addr;  ///< address the other nodes reach it on
+  int pid = 0;       ///< agent pid
+  int nproc = 1;     ///< workers on this node
+  std::string role = "default";
+};
+void to_json(nlohmann::json& j, const NodeInfo& n);
+void from_json(const nlohmann::json& j, NodeInfo& n);
+
+struct RendezvousSettings {
+  int minNodes = 1;
+  int maxNodes = 1;
+  std::optional<int> fixedRank;  ///< static backend: the group rank is --node-rank
+  std::chrono::milliseconds joinTimeout = std::chrono::seconds(600);
+  std::chrono::milliseconds lastCallTimeout = std::chrono::seconds(30);
+  std::chrono::milliseconds progressInterval = std::chrono::seconds(5);
+};
+
+/// This node's place in a closed round.
+struct RoundInfo {
+  std::int64_t round = 0;
+  int groupRank = 0;
+  int groupWorldSize = 1;
+  int rankOffset = 0;  ///< global rank of local rank 0
+  int worldSize = 1;
+  std::vector<NodeInfo> nodes;  ///< indexed by group rank (entries of dead nodes may be empty)
+};
+
+/// A snapshot of the job, read when the epoch changes.
+struct JobState {
+  std::int64_t round = 0;            ///< the open round
+  std::optional<std::string> final;  ///< JSON, once the job has failed for good
+  std::int64_t gone = 0;             ///< members of the asked round whose connection closed
+  std::int64_t waiting = 0;          ///< late nodes waiting for a round after the asked one
+  std::int64_t done = 0;             ///< members of the asked round whose workers all succeeded
+  std::int64_t restarts = 0;         ///< failure restarts so far
+};
+
+/// Why a round ends early.
+enum class AdvanceReason { kFailure, kMembership };
+
+class DynamicRendezvous {
+ public:
+  /// `store`: the job's store. `registerMember(round)` runs before this node joins `round`; the
+  /// TCP layer makes the server bump r<round>/gone and epoch when this node's connection closes
+  /// (unit tests pass a function that does nothing, and simulate deaths by hand). `cancelled`
+  /// is polled between waits. Blocking; one thread at a time.
+  DynamicRendezvous(
+      std::shared_ptr<Store> store, NodeInfo me, RendezvousSettings settings,
+      std::function<void(std::int64_t round)> registerMember, std::shared_ptr<spdlog::logger> log,
+      std::function<bool()> cancelled = [] { return false; });
+
+  /// Joins the open round (or the next one, when late) until a round closes with this node in
+  /// it. Throws TimeoutError after the join timeout naming who came, Error when the job already
+  /// failed for good, and whatever the store throws.
+  RoundInfo join();
+
+  /// Reads the job's state as seen from `round`.
+  JobState state(std::int64_t round);
+
+  /// Ends `round` and opens the next one unless another node already did; true for the node
+  /// that did. A failure counts one restart, job-wide; past `maxRestarts` the job is marked
+  /// final instead and no round opens.
+  bool advance(std::int64_t round, AdvanceReason reason, int maxRestarts);
+
+  /// Records a worker failure of `round` (one JSON document, no newlines) and bumps the epoch.
+  void reportFailure(std::int64_t round, const std::string& failureJson);
+  /// Every failure recorded for `round`, oldest first.
+  std::vector<std::string> failures(std::int64_t round);
+
+  /// This node's workers all succeeded in `round`; returns how many nodes have so far.
+  std::int64_t markDone(std::int64_t round);
+
+  /// The key watchers WAIT_CHANGE on, and the key of a round's gone-counter.
+  static std::string epochKey() { return "epoch"; }
+  static std::string goneKey(std::int64_t round) { return roundKey(round, "gone"); }
+  static std::string roundKey(std::int64_t round, const std::string& name) {
+    return "r" + std::to_string(round) + "/" + name;
+  }
+
+ private:
+  enum class Outcome { kJoined, kLate };
+  Outcome joinRound(std::int64_t round, std::chrono::steady_clock::time_point deadline,
+                    RoundInfo* info);
+  void waitForRound(std::int64_t round, std::chrono::steady_clock::time_point deadline);
+  std::vector<NodeInfo> nodesOf(std::int64_t round, int count);
+  std::int64_t counter(const std::string& key) { return store_->add(key, 0); }
+  void checkCancelled();
+  [[noreturn]] void timedOut(std::int64_t round, int joined);
+
+  std::shared_ptr<Store> store_;
+  NodeInfo me_;
+  RendezvousSettings settings_;
+  std::function<void(std::int64_t)> registerMember_;
+  std::shared_ptr<spdlog::logger> log_;
+  std::function<bool()> cancelled_;
+};
+
+/// Packs and unpacks the join counter: nodes in the high 32 bits, processes in the low 32.
+constexpr std::int64_t packJoin(std::int64_t nodes, std::int64_t procs) {
+  return (nodes << 32) | procs;
+}
+constexpr int joinedNodes(std::int64_t packed) { return static_cast<int>(packed >> 32); }
+constexpr int joinedProcs(std::int64_t packed) { return static_cast<int>(packed & 0xffffffff); }
+
+}  // namespace dtrun::rendezvous
