@@ -1,0 +1,334 @@
+// DynamicRendezvous on the in-memory store with many simulated nodes (threads), including
+// adversarial interleavings: a decorator that yields and sleeps at random before every store
+// operation, so joins, closes and reads interleave differently in every trial.
+#include "rendezvous/dynamic_rendezvous.h"
+
+#include <spdlog/sinks/null_sink.h>
+
+#include <algorithm>
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "rendezvous/error.h"
+#include "rendezvous/in_memory_store.h"
+#include "rendezvous/prefix_store.h"
+#include "tests/support/test_support.h"
+
+using namespace dtrun::rendezvous;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::shared_ptr<spdlog::logger> quiet() {
+  return std::make_shared<spdlog::logger>("rdzv", std::make_shared<spdlog::sinks::null_sink_mt>());
+}
+
+// Passes every call to the real store after a random pause (0-300 us) or a yield.
+class ChaosStore : public Store {
+ public:
+  ChaosStore(std::shared_ptr<Store> base, unsigned seed) : base_(std::move(base)), rng_(seed) {}
+
+  void set(const std::string& k, const Bytes& v) override {
+    jitter();
+    base_->set(k, v);
+  }
+  Bytes get(const std::string& k, std::chrono::milliseconds t) override {
+    jitter();
+    return base_->get(k, t);
+  }
+  std::int64_t add(const std::string& k, std::int64_t d) override {
+    jitter();
+    return base_->add(k, d);
+  }
+  Bytes compareSet(const std::string& k, const Bytes& e, const Bytes& d) override {
+    jitter();
+    return base_->compareSet(k, e, d);
+  }
+  bool check(const std::vector<std::string>& k) override {
+    jitter();
+    return base_->check(k);
+  }
+  void wait(const std::vector<std::string>& k, std::chrono::milliseconds t) override {
+    jitter();
+    base_->wait(k, t);
+  }
+  bool deleteKey(const std::string& k) override {
+    jitter();
+    return base_->deleteKey(k);
+  }
+  std::int64_t numKeys() override { return base_->numKeys(); }
+  void append(const std::string& k, const Bytes& v) override {
+    jitter();
+    base_->append(k, v);
+  }
+  std::vector<Bytes> multiGet(const std::vector<std::string>& k,
+                              std::chrono::milliseconds t) override {
+    jitter();
+    return base_->multiGet(k, t);
+  }
+  void multiSet(const std::vector<std::string>& k, const std::vector<Bytes>& v) override {
+    jitter();
+    base_->multiSet(k, v);
+  }
+  Bytes waitChange(const std::string& k, const Bytes& o, std::chrono::milliseconds t) override {
+    jitter();
+    return base_->waitChange(k, o, t);
+  }
+
+ private:
+  void jitter() {
+    unsigned r;
+    {
+      std::lock_guard lock(mutex_);
+      r = rng_() % 4;
+    }
+    if (r == 0) std::this_thread::yield();
+    if (r == 1) std::this_thread::sleep_for(std::chrono::microseconds(rng_() % 300));
+  }
+  std::shared_ptr<Store> base_;
+  std::mutex mutex_;
+  std::minstd_rand rng_;
+};
+
+struct Node {
+  NodeInfo info;
+  std::shared_ptr<Store> store;
+  std::unique_ptr<DynamicRendezvous> rdzv;
+};
+
+// A simulated node: its own view of the shared store (with chaos when `seed` != 0).
+Node makeNode(const std::shared_ptr<Store>& shared, int id, int nproc, RendezvousSettings s,
+              unsigned seed) {
+  Node n;
+  n.info.host = "node" + std::to_string(id);
+  n.info.addr = n.info.host;
+  n.info.pid = 1000 + id;
+  n.info.nproc = nproc;
+  std::shared_ptr<Store> view = shared;
+  if (seed != 0) view = std::make_shared<ChaosStore>(shared, seed);
+  n.store = std::make_shared<PrefixStore>("dtrun/job", view);
+  n.rdzv = std::make_unique<DynamicRendezvous>(n.store, n.info, s, nullptr, quiet());
+  return n;
+}
+
+// Runs join() on every node at once; collects results and the first error.
+std::vector<RoundInfo> joinAll(std::vector<Node>& nodes) {
+  std::vector<RoundInfo> out(nodes.size());
+  std::exception_ptr error;
+  std::mutex m;
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        out[i] = nodes[i].rdzv->join();
+      } catch (...) {
+        std::lock_guard lock(m);
+        if (!error) error = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
+  return out;
+}
+
+// The invariants of one closed round: group ranks 0..n-1 each once, offsets the prefix sums of
+// the nodes' sizes in group-rank order, everyone agreeing on the sizes.
+void checkRound(const std::vector<RoundInfo>& infos, const std::vector<int>& nprocs) {
+  REQUIRE(!infos.empty());
+  const auto& first = infos.front();
+  std::map<int, std::size_t> byRank;
+  for (std::size_t i = 0; i < infos.size(); ++i) {
+    CHECK(infos[i].round == first.round);
+    CHECK(infos[i].groupWorldSize == first.groupWorldSize);
+    CHECK(infos[i].worldSize == first.worldSize);
+    CHECK(byRank.emplace(infos[i].groupRank, i).second);  // unique group ranks
+  }
+  REQUIRE(static_cast<int>(byRank.size()) == first.groupWorldSize);
+  int offset = 0;
+  for (const auto& [rank, i] : byRank) {
+    CHECK(infos[i].rankOffset == offset);
+    offset += nprocs[i];
+  }
+  CHECK(byRank.begin()->first == 0);
+  CHECK(byRank.rbegin()->first == first.groupWorldSize - 1);
+  CHECK(offset == first.worldSize);
+}
+
+RendezvousSettings settings(int min, int max) {
+  RendezvousSettings s;
+  s.minNodes = min;
+  s.maxNodes = max;
+  s.joinTimeout = 30s;
+  s.lastCallTimeout = 200ms;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("rendezvous: N nodes with N = max close one round with contiguous ranks", "[rdzv]") {
+  for (int n : {1, 2, 7, 32}) {
+    auto shared = std::make_shared<InMemoryStore>();
+    std::vector<Node> nodes;
+    std::vector<int> nprocs;
+    for (int i = 0; i < n; ++i) {
+      nprocs.push_back(1 + i % 3);  // different --nproc-per-node on different nodes
+      nodes.push_back(makeNode(shared, i, nprocs.back(), settings(n, n), 0));
+    }
+    auto infos = joinAll(nodes);
+    checkRound(infos, nprocs);
+    CHECK(infos[0].round == 0);
+    CHECK(infos[0].groupWorldSize == n);
+  }
+}
+
+TEST_CASE("rendezvous: adversarial interleavings keep every invariant", "[rdzv]") {
+  std::mt19937 seeds(12345);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int n = 2 + trial % 9;
+    auto shared = std::make_shared<InMemoryStore>();
+    std::vector<Node> nodes;
+    std::vector<int> nprocs;
+    for (int i = 0; i < n; ++i) {
+      nprocs.push_back(1 + static_cast<int>(seeds() % 4));
+      nodes.push_back(makeNode(shared, i, nprocs.back(), settings(n, n), seeds() | 1u));
+    }
+    INFO("trial " << trial << " with " << n << " nodes");
+    checkRound(joinAll(nodes), nprocs);
+  }
+}
+
+TEST_CASE("rendezvous: min < max closes after last call with the nodes that came", "[rdzv]") {
+  auto shared = std::make_shared<InMemoryStore>();
+  std::vector<Node> nodes;
+  std::vector<int> nprocs{2, 2, 2};
+  for (int i = 0; i < 3; ++i) nodes.push_back(makeNode(shared, i, 2, settings(2, 5), 0));
+  auto infos = joinAll(nodes);
+  checkRound(infos, nprocs);
+  CHECK(infos[0].groupWorldSize == 3);
+  CHECK(infos[0].worldSize == 6);
+}
+
+TEST_CASE("rendezvous: a node past max waits for the next round, which the others open", "[rdzv]") {
+  auto shared = std::make_shared<InMemoryStore>();
+  std::vector<Node> first;
+  for (int i = 0; i < 2; ++i) first.push_back(makeNode(shared, i, 1, settings(1, 2), 0));
+  auto round0 = joinAll(first);
+  checkRound(round0, {1, 1});
+  CHECK(round0[0].round == 0);
+
+  // A third node arrives: round 0 is full, so it registers as waiting and blocks.
+  Node late = makeNode(shared, 9, 1, settings(1, 2), 0);
+  RoundInfo lateInfo;
+  std::thread t([&] { lateInfo = late.rdzv->join(); });
+  auto& probe = first[0];
+  REQUIRE(dtrun::test::pollUntil([&] { return probe.rdzv->state(0).waiting == 1; }));
+  // The group is full (max 2), so no restart for the late node; now node 1 dies.
+  probe.store->add(DynamicRendezvous::goneKey(0), 1);
+  auto s = probe.rdzv->state(0);
+  CHECK(s.gone == 1);
+  // Both survivors see it; exactly one of them opens round 1, not counted as a failure.
+  std::atomic<int> winners{0};
+  std::thread a([&] { winners += first[0].rdzv->advance(0, AdvanceReason::kMembership, 0); });
+  std::thread b([&] { winners += first[1].rdzv->advance(0, AdvanceReason::kMembership, 0); });
+  a.join();
+  b.join();
+  CHECK(winners == 1);
+  // Round 1 expects 2 - 1 + 1 = 2 nodes: the survivor and the late node; it closes at once.
+  RoundInfo survivor = first[0].rdzv->join();
+  t.join();
+  checkRound({survivor, lateInfo}, {1, 1});
+  CHECK(survivor.round == 1);
+  CHECK(probe.rdzv->state(1).restarts == 0);
+}
+
+TEST_CASE("rendezvous: failures restart the job once per round, job-wide, up to the limit",
+          "[rdzv]") {
+  auto shared = std::make_shared<InMemoryStore>();
+  std::vector<Node> nodes;
+  for (int i = 0; i < 4; ++i) nodes.push_back(makeNode(shared, i, 1, settings(4, 4), 0));
+  joinAll(nodes);
+  // Two nodes report failures of round 0 at the same time: one restart, not two.
+  std::atomic<int> winners{0};
+  std::thread a([&] {
+    nodes[1].rdzv->reportFailure(0, R"({"rank":1})");
+    winners += nodes[1].rdzv->advance(0, AdvanceReason::kFailure, 1);
+  });
+  std::thread b([&] {
+    nodes[2].rdzv->reportFailure(0, R"({"rank":2})");
+    winners += nodes[2].rdzv->advance(0, AdvanceReason::kFailure, 1);
+  });
+  a.join();
+  b.join();
+  CHECK(winners == 1);
+  auto s = nodes[0].rdzv->state(0);
+  CHECK(s.round == 1);
+  CHECK(s.restarts == 1);
+  CHECK_FALSE(s.final);
+  auto failures = nodes[0].rdzv->failures(0);
+  CHECK(failures.size() == 2);
+
+  // Everyone is back in round 1, with the same round number (the job-wide clock).
+  auto round1 = joinAll(nodes);
+  checkRound(round1, {1, 1, 1, 1});
+  for (const auto& r : round1) CHECK(r.round == 1);
+
+  // A second failure is past --max-restarts=1: the job is final, no round 2 opens.
+  CHECK(nodes[3].rdzv->advance(1, AdvanceReason::kFailure, 1));
+  s = nodes[0].rdzv->state(1);
+  REQUIRE(s.final);
+  CHECK(s.round == 1);
+  CHECK_THROWS_AS(nodes[0].rdzv->join(), dtrun::Error);
+}
+
+TEST_CASE("rendezvous: a join timeout names the nodes that came", "[rdzv]") {
+  auto shared = std::make_shared<InMemoryStore>();
+  auto s = settings(3, 3);
+  s.joinTimeout = 300ms;
+  std::vector<Node> nodes;
+  for (int i = 0; i < 2; ++i) nodes.push_back(makeNode(shared, i, 1, s, 0));
+  try {
+    joinAll(nodes);
+    FAIL("join should time out");
+  } catch (const dtrun::TimeoutError& e) {
+    std::string what = e.what();
+    CHECK_THAT(what, Catch::Contains("of min 3"));
+    CHECK_THAT(what, Catch::Contains("node0"));
+    CHECK_THAT(what, Catch::Contains("node1"));
+  }
+}
+
+TEST_CASE("rendezvous: static ranks follow --node-rank whatever the arrival order", "[rdzv]") {
+  std::mt19937 seeds(7);
+  for (int trial = 0; trial < 10; ++trial) {
+    const int n = 4;
+    auto shared = std::make_shared<InMemoryStore>();
+    std::vector<Node> nodes;
+    std::vector<int> nprocs;
+    for (int i = 0; i < n; ++i) {
+      auto s = settings(n, n);
+      s.fixedRank = i;
+      nprocs.push_back(1 + i);
+      nodes.push_back(makeNode(shared, i, nprocs.back(), s, seeds() | 1u));
+    }
+    auto infos = joinAll(nodes);
+    checkRound(infos, nprocs);
+    for (int i = 0; i < n; ++i) CHECK(infos[i].groupRank == i);
+    CHECK(infos[3].rankOffset == 1 + 2 + 3);
+  }
+}
+
+TEST_CASE("rendezvous: two static nodes with the same --node-rank are refused", "[rdzv]") {
+  auto shared = std::make_shared<InMemoryStore>();
+  auto s = settings(2, 2);
+  s.fixedRank = 0;
+  s.joinTimeout = 2s;
+  std::vector<Node> nodes;
+  for (int i = 0; i < 2; ++i) nodes.push_back(makeNode(shared, i, 1, s, 0));
+  CHECK_THROWS_WITH(joinAll(nodes), Catch::Contains("--node-rank 0 is also used by"));
+}
