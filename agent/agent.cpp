@@ -266,6 +266,9 @@ void Agent::startWorkers(const std::string& masterAddr, std::uint16_t masterPort
              round_.rankOffset + config_.nprocPerNode - 1, round_.worldSize, masterAddr,
              masterPort);
   workers_.start(specs, [this](int lr, ExitStatus s) { onWorkerExit(lr, s); });
+  if (context_.guard) {
+    for (int g : workers_.groups()) context_.guard->add(g);
+  }
   for (int fd : openFds) {
     if (fd >= 0) ::close(fd);
   }
@@ -366,6 +369,7 @@ void Agent::onWorkerExit(int localRank, ExitStatus status) {
   if (state_ != State::kRunning) return;  // expected: we are stopping them
   if (status.success()) {
     if (workers_.anyRunning()) return;
+    sweepWorkers();
     log_->info("agent: [{}] local worker group finished (SUCCEEDED); waiting for the other nodes",
                config_.role);
     transition(State::kDoneWaiting);
@@ -414,11 +418,21 @@ void Agent::onWorkerExit(int localRank, ExitStatus status) {
 
 void Agent::stopWorkers(int signo, std::function<void()> then) {
   workers_.stop(signo, config_.shutdownTimeout, [this, then = std::move(then)] {
-    // Daemonised grandchildren that left the worker's process group: ours as subreaper.
-    for (int pid : adoptedChildren(workers_.runningPids(), false)) ::kill(pid, SIGKILL);
-    reapOrphans();
+    sweepWorkers();
     if (then) then();
   });
+}
+
+void Agent::sweepWorkers() {
+  workers_.sweep();
+  // Daemonised grandchildren that left the worker's process group: ours as subreaper.
+  std::set<int> keep = workers_.runningPids();
+  if (context_.guard) keep.insert(context_.guard->pid());
+  for (int pid : adoptedChildren(keep, false)) ::kill(pid, SIGKILL);
+  reapOrphans();
+  if (context_.guard) {
+    for (int g : workers_.groups()) context_.guard->remove(g);
+  }
 }
 
 void Agent::onEpoch() { queryState(); }
@@ -572,7 +586,8 @@ void Agent::finish(int code) {
 }
 
 void Agent::reapOrphans() {
-  // Only adopted orphans: a stray waitpid(-1) would steal the workers' statuses from Boost.
+  // Only adopted orphans (and a guard that died): a stray waitpid(-1) would steal the workers'
+  // statuses from Boost.
   for (int pid : adoptedChildren(workers_.runningPids(), true)) ::waitpid(pid, nullptr, WNOHANG);
 }
 

@@ -29,6 +29,7 @@
 #include "agent/job_client.h"
 #include "agent/launch_config.h"
 #include "agent/log_dir.h"
+#include "agent/orphan_guard.h"
 #include "agent/worker_group.h"
 
 namespace dtrun::agent {
@@ -38,7 +39,8 @@ struct AgentContext {
   std::string hostname;    ///< this node's name in reports (torch: socket.getfqdn())
   std::string masterAddr;  ///< agent-store mode: where workers find the store
   std::uint16_t masterPort = 0;
-  bool hostsStore = false;  ///< this process serves the store: it leaves last
+  bool hostsStore = false;             ///< this process serves the store: it leaves last
+  const OrphanGuard* guard = nullptr;  ///< told about every worker process group
 };
 
 class Agent {
@@ -69,6 +71,8 @@ class Agent {
   void queryState();
   void onState(const rendezvous::JobState& s);
   void stopWorkers(int signo, std::function<void()> then);
+  /// After the round's workers exited: ends their process groups and adopted orphans.
+  void sweepWorkers();
   void onSignal(int signo);
   void onStoreLost(const std::string& why);
   void finishFailed(const std::string& finalJson);

@@ -1,5 +1,7 @@
 #include "agent/worker_group.h"
 
+#include <signal.h>
+
 #include <boost/asio/post.hpp>
 
 namespace dtrun::agent {
@@ -34,6 +36,18 @@ void WorkerGroup::stop(int first, std::chrono::milliseconds grace, std::function
       if (--*remaining == 0 && *shared) (*shared)();
     });
   }
+}
+
+void WorkerGroup::sweep() {
+  for (int g : groups()) ::kill(-g, SIGKILL);
+}
+
+std::vector<int> WorkerGroup::groups() const {
+  std::vector<int> out;
+  for (const auto& w : workers_) {
+    if (w->pid() > 0) out.push_back(w->pid());
+  }
+  return out;
 }
 
 bool WorkerGroup::anyRunning() const {

@@ -2,13 +2,12 @@
 // Io thread only.
 #pragma once
 
+#include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <set>
 #include <vector>
-
-#include <boost/asio/io_context.hpp>
 
 #include "agent/worker_process.h"
 
@@ -36,6 +35,11 @@ class WorkerGroup {
   void signalAll(int signo);
   /// `first` to every running worker's group, SIGKILL after `grace`; `done` once all exited.
   void stop(int first, std::chrono::milliseconds grace, std::function<void()> done);
+  /// SIGKILLs every worker's process group, exited leaders included: what is left in a group
+  /// once its worker is gone are grandchildren dtrun must not leave behind.
+  void sweep();
+  /// The process group ids of this round's workers.
+  std::vector<int> groups() const;
   /// Forgets the exited workers (before a new start()).
   void clear() { workers_.clear(); }
 

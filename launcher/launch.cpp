@@ -119,6 +119,9 @@ bool matchesThisMachine(const std::string& host) {
 }
 
 int runLaunch(const agent::LaunchConfig& config) {
+  // First, while this process has one thread and no sockets: the guard that kills the workers'
+  // process groups if dtrun itself is killed.
+  agent::OrphanGuard guard = agent::OrphanGuard::start();
   auto agentLog = makeLogger("agent", config.logLevel);
   auto storeLog = makeLogger("store", config.logLevel);
   for (const auto& w : config.warnings) agentLog->warn("{}", w);
@@ -178,6 +181,7 @@ int runLaunch(const agent::LaunchConfig& config) {
   context.hostsStore = hosted != nullptr;
   context.masterAddr = config.standalone ? "127.0.0.1" : storeHost;
   context.masterPort = storePort;
+  context.guard = &guard;
 
   try {
     boost::asio::io_context io(1);
