@@ -310,7 +310,7 @@ TEST_CASE("PET_ variables stand in for options, and the command line wins", "[la
   }
 }
 
-TEST_CASE("unique prefixes abbreviate; a prefix of several options is an error",
+TEST_CASE("unique prefixes abbreviate, and a prefix of several options is an error",
           "[launcher][cli]") {
   CHECK(parse({"--nproc", "2", "train.py"}).nprocPerNode == 2);  // both spellings: one option
   CHECK(parse({"--nproc_per", "2", "train.py"}).nprocPerNode == 2);
