@@ -85,6 +85,9 @@ constexpr std::array<SignalEntry, 33> kSignals{{
     {"SYS", SIGSYS, kFault},
 }};
 
+constexpr std::array<std::string_view, 6> kPrefixPlaceholders{
+    "role_name", "rank", "local_rank", "host", "node_rank", "restart"};
+
 }  // namespace
 
 std::int64_t parseInteger(const std::string& option, const std::string& text, std::int64_t min,
@@ -383,6 +386,107 @@ int countVisibleGpus(const std::filesystem::path& devDir,
   int n = 0;
   while (n < static_cast<int>(ordinals.size()) && ordinals[n] < raw) ++n;
   return n;
+}
+
+int parseNprocPerNode(const std::string& option, const std::string& text,
+                      const std::filesystem::path& devDir,
+                      const std::optional<std::string>& cudaVisibleDevices, int cpuCount) {
+  const std::string& v = text;
+  if (allDigits(v)) return static_cast<int>(parseInteger(option, v, 1, 1 << 16));
+  if (v == "cpu") return cpuCount;
+  if (v == "gpu") {
+    int n = countVisibleGpus(devDir, cudaVisibleDevices);
+    if (n == 0) {
+      throw UsageError(option + ": gpu: no GPU found (no " + (devDir / "nvidiaN").string() +
+                       " device file, or CUDA_VISIBLE_DEVICES hides them); give a number instead");
+    }
+    return n;
+  }
+  if (v == "auto") {
+    int n = countVisibleGpus(devDir, cudaVisibleDevices);
+    return n > 0 ? n : cpuCount;
+  }
+  if (v == "xpu") {
+    throw UsageError(option + ": xpu: dtrun cannot count XPU devices; give a number instead");
+  }
+  throw UsageError(option + ": invalid value '" + v +
+                   "': expected a positive integer, auto, cpu or gpu");
+}
+
+void applyRendezvousConf(agent::RendezvousConfig& r, const std::string& option,
+                         const std::string& text) {
+  r.conf = parseKeyValueList(option, text);
+  auto label = [&](const std::string& key) { return option + " " + key; };
+  for (const auto& [key, value] : r.conf) {
+    // Torch reads these timeouts as whole seconds; dtrun also takes fractions.
+    if (key == "join_timeout") {
+      r.joinTimeout = parseSeconds(label(key), value);
+    } else if (key == "last_call_timeout") {
+      r.lastCallTimeout = parseSeconds(label(key), value);
+    } else if (key == "close_timeout") {
+      r.closeTimeout = parseSeconds(label(key), value);
+    } else if (key == "heartbeat_timeout") {
+      r.heartbeatTimeout = parseSeconds(label(key), value);
+    } else if (key == "keep_alive_interval") {
+      r.keepAliveInterval = parseSeconds(label(key), value);
+    } else if (key == "keep_alive_max_attempt") {
+      r.keepAliveMaxAttempt = static_cast<int>(parseInteger(label(key), value, 1, 1 << 20));
+    } else if (key == "read_timeout") {
+      r.readTimeout = parseSeconds(label(key), value);
+    } else if (key == "timeout") {
+      r.storeTimeout = parseSeconds(label(key), value);
+    } else if (key == "is_host") {
+      r.isHost = parseBool(label(key), value);
+    } else if (key == "use_libuv") {
+      parseBool(label(key), value);  // dtrun's store has one implementation; checked, unused
+    } else if (key == "store_type") {
+      if (value != "tcp") {
+        throw UsageError(label(key) + ": invalid value '" + value + "': dtrun supports only tcp");
+      }
+    }
+  }
+}
+
+std::optional<std::string> normalizeLogLevel(const std::string& text) {
+  std::string s = lower(text);
+  if (s == "warning") return "warn";
+  if (s == "err") return "error";
+  if (s == "fatal") return "critical";
+  for (const char* ok : {"trace", "debug", "info", "warn", "error", "critical", "off"}) {
+    if (s == ok) return s;
+  }
+  return std::nullopt;
+}
+
+void checkLogLinePrefixTemplate(const std::string& option, const std::string& text) {
+  // string.Template syntax: $name, ${name}, and $$ for a dollar. Torch's safe_substitute leaves
+  // unknown names as they are; dtrun reports them, since a typo would show up in every line.
+  const std::string& t = text;
+  auto isIdent = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    if (t[i] != '$' || i + 1 >= t.size()) continue;
+    if (t[i + 1] == '$') {
+      ++i;
+      continue;
+    }
+    std::string name;
+    if (t[i + 1] == '{') {
+      auto close = t.find('}', i + 2);
+      if (close == std::string::npos) continue;
+      name = t.substr(i + 2, close - i - 2);
+    } else {
+      std::size_t j = i + 1;
+      while (j < t.size() && isIdent(t[j])) ++j;
+      name = t.substr(i + 1, j - i - 1);
+      if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+    }
+    if (std::find(kPrefixPlaceholders.begin(), kPrefixPlaceholders.end(), name) ==
+        kPrefixPlaceholders.end()) {
+      throw UsageError(option + ": unknown placeholder '" + name + "' in '" + t +
+                       "': expected ${role_name}, ${rank}, ${local_rank}, ${host}, ${node_rank} "
+                       "or ${restart}");
+    }
+  }
 }
 
 }  // namespace dtrun::launcher

@@ -95,4 +95,24 @@ std::set<int> parseRankSet(const std::string& option, const std::string& text);
 int countVisibleGpus(const std::filesystem::path& devDir,
                      const std::optional<std::string>& cudaVisibleDevices);
 
+/// Parses --nproc-per-node: a positive integer; cpu = `cpuCount`; gpu = countVisibleGpus (none is
+/// an error); auto = gpu when there is one, else cpu. Reads `devDir` only for gpu and auto.
+int parseNprocPerNode(const std::string& option, const std::string& text,
+                      const std::filesystem::path& devDir,
+                      const std::optional<std::string>& cudaVisibleDevices, int cpuCount);
+
+/// Parses --rdzv-conf into `r`: every key goes to r.conf as given, and torch's keys (spec §1.4:
+/// *_timeout and keep_alive_interval in seconds, keep_alive_max_attempt >= 1, is_host, use_libuv,
+/// store_type=tcp) set the typed fields. Errors name "<option> <key>".
+void applyRendezvousConf(agent::RendezvousConfig& r, const std::string& option,
+                         const std::string& text);
+
+/// A log level as dtrun's loggers take it (trace, debug, info, warn, error, critical, off) from
+/// any case of those or of Python's names (WARNING, FATAL, ...); nullopt for anything else.
+std::optional<std::string> normalizeLogLevel(const std::string& text);
+
+/// Checks a console prefix template (string.Template syntax): only ${role_name}, ${rank},
+/// ${local_rank}, ${host}, ${node_rank} and ${restart} (or $name) may appear; $$ is a dollar.
+void checkLogLinePrefixTemplate(const std::string& option, const std::string& text);
+
 }  // namespace dtrun::launcher

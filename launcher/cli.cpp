@@ -282,6 +282,13 @@ struct Tokens {
   std::map<std::string, std::string> flags;  // dest -> source, for flags that are on
   std::optional<std::string> script;
   std::vector<std::string> scriptArgs;
+
+  const Given* value(const std::string& dest) const {
+    auto it = values.find(dest);
+    return it == values.end() ? nullptr : &it->second;
+  }
+  bool flag(const std::string& dest) const { return flags.count(dest) > 0; }
+  bool given(const std::string& dest) const { return value(dest) || flag(dest); }
 };
 
 Tokens tokenize(const std::vector<std::string>& args) {
@@ -366,80 +373,6 @@ int onlineCpus(const HostProbe& host) {
   return n > 0 ? static_cast<int>(n) : 1;
 }
 
-int determineNproc(const Given& g, const Env& env, const HostProbe& host) {
-  const std::string& v = g.value;
-  if (!v.empty() && std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    return static_cast<int>(parseInteger(g.source, v, 1, 1 << 16));
-  }
-  auto gpus = [&]() {
-    return countVisibleGpus(host.devDir, envValue(env, "CUDA_VISIBLE_DEVICES"));
-  };
-  if (v == "cpu") return onlineCpus(host);
-  if (v == "gpu") {
-    int n = gpus();
-    if (n == 0) {
-      throw UsageError(g.source + ": gpu: no GPU found (no " + (host.devDir / "nvidiaN").string() +
-                       " device file, or CUDA_VISIBLE_DEVICES hides them); give a number instead");
-    }
-    return n;
-  }
-  if (v == "auto") {
-    int n = gpus();
-    return n > 0 ? n : onlineCpus(host);
-  }
-  if (v == "xpu") {
-    throw UsageError(g.source + ": xpu: dtrun cannot count XPU devices; give a number instead");
-  }
-  throw UsageError(g.source + ": invalid value '" + v +
-                   "': expected a positive integer, auto, cpu or gpu");
-}
-
-std::string normalizeLogLevel(const std::string& v) {
-  std::string s = v;
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (s == "warning") return "warn";
-  if (s == "err") return "error";
-  if (s == "fatal") return "critical";
-  for (const char* ok : {"trace", "debug", "info", "warn", "error", "critical", "off"}) {
-    if (s == ok) return s;
-  }
-  return "";
-}
-
-constexpr std::array<std::string_view, 6> kPrefixPlaceholders{
-    "role_name", "rank", "local_rank", "host", "node_rank", "restart"};
-
-// Checks the placeholders of --log-line-prefix-template, in string.Template syntax ($name,
-// ${name}, $$ for a dollar). Torch's safe_substitute leaves unknown ones as they are; dtrun
-// reports them, since a typo would otherwise show up in every line.
-void checkPrefixTemplate(const std::string& source, const std::string& t) {
-  auto isIdent = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
-  for (std::size_t i = 0; i < t.size(); ++i) {
-    if (t[i] != '$' || i + 1 >= t.size()) continue;
-    if (t[i + 1] == '$') {
-      ++i;
-      continue;
-    }
-    std::string name;
-    if (t[i + 1] == '{') {
-      auto close = t.find('}', i + 2);
-      if (close == std::string::npos) continue;
-      name = t.substr(i + 2, close - i - 2);
-    } else {
-      std::size_t j = i + 1;
-      while (j < t.size() && isIdent(t[j])) ++j;
-      name = t.substr(i + 1, j - i - 1);
-      if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) continue;
-    }
-    if (std::find(kPrefixPlaceholders.begin(), kPrefixPlaceholders.end(), name) ==
-        kPrefixPlaceholders.end()) {
-      throw UsageError(source + ": unknown placeholder '" + name + "' in '" + t +
-                       "': expected ${role_name}, ${rank}, ${local_rank}, ${host}, ${node_rank} "
-                       "or ${restart}");
-    }
-  }
-}
-
 std::string uuidIntString() {
   // torch's LaunchConfig fills an empty run id with str(uuid4().int).
   std::random_device rd;
@@ -457,35 +390,258 @@ std::string uuidIntString() {
   return s;
 }
 
-// Applies --rdzv-conf to the typed rendezvous settings; every key stays in rdzv.conf as given.
-void applyRendezvousConf(agent::RendezvousConfig& r, const Given& g) {
-  r.conf = parseKeyValueList(g.source, g.value);
-  auto label = [&](const std::string& key) { return g.source + " " + key; };
-  for (const auto& [key, value] : r.conf) {
-    if (key == "join_timeout") {
-      r.joinTimeout = parseSeconds(label(key), value);
-    } else if (key == "last_call_timeout") {
-      r.lastCallTimeout = parseSeconds(label(key), value);
-    } else if (key == "close_timeout") {
-      r.closeTimeout = parseSeconds(label(key), value);
-    } else if (key == "heartbeat_timeout") {
-      r.heartbeatTimeout = parseSeconds(label(key), value);
-    } else if (key == "keep_alive_interval") {
-      r.keepAliveInterval = parseSeconds(label(key), value);
-    } else if (key == "keep_alive_max_attempt") {
-      r.keepAliveMaxAttempt = static_cast<int>(parseInteger(label(key), value, 1, 1 << 20));
-    } else if (key == "read_timeout") {
-      r.readTimeout = parseSeconds(label(key), value);
-    } else if (key == "timeout") {
-      r.storeTimeout = parseSeconds(label(key), value);
-    } else if (key == "is_host") {
-      r.isHost = parseBool(label(key), value);
-    } else if (key == "use_libuv") {
-      parseBool(label(key), value);  // dtrun's store has one implementation; checked, unused
-    } else if (key == "store_type") {
-      if (value != "tcp") {
-        throw UsageError(label(key) + ": invalid value '" + value + "': dtrun supports only tcp");
-      }
+// --rdzv-backend. dtrun defaults to c10d; a command line in torchrun's legacy static form
+// (--master-addr/--master-port/--node-rank without --rdzv-endpoint) keeps running static, as it
+// does under newest torchrun, whose auto single-node switch needs none of them.
+std::string chooseBackend(const Tokens& t, bool haveEndpoint) {
+  if (const auto* g = t.value("rdzv_backend")) {
+    if (g->value == "etcd" || g->value == "etcd-v2") {
+      throw UsageError(g->source + ": " + g->value +
+                       " is not supported by dtrun: expected c10d or static");
+    }
+    if (g->value != "c10d" && g->value != "static") {
+      throw UsageError(g->source + ": invalid value '" + g->value + "': expected c10d or static");
+    }
+    return g->value;
+  }
+  bool legacy = t.given("master_addr") || t.given("master_port") || t.given("node_rank");
+  return !haveEndpoint && legacy ? "static" : "c10d";
+}
+
+// The static backend's endpoint and checks (torchrun's get_rdzv_endpoint and the static
+// handler's): --rdzv-endpoint with a port, else master_addr:master_port.
+void resolveStaticEndpoint(LaunchConfig& cfg, const Tokens& t, const Given* endpoint) {
+  auto& r = cfg.rdzv;
+  Endpoint ep;
+  if (endpoint) {
+    ep = parseEndpoint(endpoint->source, endpoint->value, std::nullopt);
+  } else {
+    std::string port = std::to_string(r.masterPort.value_or(29500));
+    ep = parseEndpoint("--master-addr/--master-port", r.masterAddr + ":" + port, std::nullopt);
+  }
+  r.host = ep.host;
+  r.port = ep.port;
+  std::string nodes = std::to_string(r.minNodes) + ":" + std::to_string(r.maxNodes);
+  if (r.nodeRank >= r.maxNodes) {
+    const Given* g = t.value("node_rank");
+    throw UsageError((g ? g->source : std::string("--node-rank")) + ": invalid value '" +
+                     std::to_string(r.nodeRank) + "': expected an integer from 0 to " +
+                     std::to_string(r.maxNodes - 1) + " (below --nnodes, static backend)");
+  }
+  if (ep.port == 0 && r.maxNodes > 1) {
+    throw UsageError((endpoint ? endpoint->source : std::string("--master-port")) +
+                     ": port 0 with several nodes: the other nodes cannot find it; expected a "
+                     "port from 1 to 65535");
+  }
+  // torch uses max_nodes as the world size and never checks the rest; say what happens.
+  if (r.minNodes != r.maxNodes) {
+    cfg.warnings.push_back("the static rendezvous backend waits for all " +
+                           std::to_string(r.maxNodes) + " nodes of --nnodes " + nodes);
+  }
+  if (r.maxNodes > 1 && !t.given("node_rank")) {
+    cfg.warnings.push_back("--node-rank not given: this node is node 0 of " +
+                           std::to_string(r.maxNodes) + " (static rendezvous backend)");
+  }
+}
+
+// --nnodes, the rendezvous options, --standalone and the static backend's legacy options.
+void resolveRendezvous(LaunchConfig& cfg, const Tokens& t) {
+  auto& r = cfg.rdzv;
+  if (const auto* g = t.value("nnodes")) {
+    NodeRange nodes = parseNodeRange(g->source, g->value);
+    r.minNodes = nodes.min;
+    r.maxNodes = nodes.max;
+  }
+  if (const auto* g = t.value("node_rank")) {
+    r.nodeRank = static_cast<int>(parseInteger(g->source, g->value, 0, 1 << 24));
+  }
+  if (const auto* g = t.value("master_addr")) {
+    if (g->value.empty()) throw UsageError(g->source + ": expected a host name or IP address");
+    r.masterAddr = g->value;
+  }
+  if (const auto* g = t.value("master_port")) {
+    r.masterPort = static_cast<std::uint16_t>(parseInteger(g->source, g->value, 0, 65535));
+  }
+  if (const auto* g = t.value("local_addr")) r.localAddr = g->value;
+  if (const auto* g = t.value("rdzv_id")) {
+    if (g->value.find('/') != std::string::npos) {
+      throw UsageError(g->source + ": invalid value '" + g->value +
+                       "': expected an id without '/' (it names the log directory)");
+    }
+    r.runId = g->value.empty() ? uuidIntString() : g->value;
+  }
+  if (const auto* g = t.value("rdzv_conf")) applyRendezvousConf(r, g->source, g->value);
+
+  const Given* endpoint = t.value("rdzv_endpoint");
+  if (endpoint && endpoint->value.empty()) endpoint = nullptr;  // torch: "" = not given
+  r.backend = chooseBackend(t, endpoint != nullptr);
+  cfg.standalone = t.flag("standalone");
+  if (cfg.standalone) {
+    // torchrun's run(): standalone overrides whatever was given.
+    if (t.given("rdzv_backend") || t.given("rdzv_endpoint") || t.given("rdzv_id")) {
+      cfg.warnings.push_back("--standalone ignores --rdzv-backend, --rdzv-endpoint and --rdzv-id");
+    }
+    if (r.maxNodes > 1) {
+      cfg.warnings.push_back("--standalone with --nnodes " + std::to_string(r.minNodes) + ":" +
+                             std::to_string(r.maxNodes) +
+                             ": the rendezvous listens on a free localhost port, so no agent on "
+                             "another host can join");
+    }
+    r.backend = "c10d";
+    r.host = "localhost";
+    r.port = 0;
+    r.runId = randomUuid4();
+    return;
+  }
+  if (r.backend == "static") {
+    resolveStaticEndpoint(cfg, t, endpoint);
+    return;
+  }
+  if (t.given("master_addr") || t.given("master_port") || t.given("node_rank")) {
+    cfg.warnings.push_back(
+        "--master-addr, --master-port and --node-rank are only used by the static rendezvous "
+        "backend; ignored with c10d");
+  }
+  if (endpoint) {
+    Endpoint ep = parseEndpoint(endpoint->source, endpoint->value, 29400);
+    r.host = ep.host;
+    r.port = ep.port;
+  } else if (r.maxNodes == 1) {
+    // Newest torchrun's single-node mode: nobody else joins, so a free port and a fresh id.
+    r.host = "localhost";
+    r.port = 0;
+    if (!t.given("rdzv_id")) r.runId = randomUuid4();
+  } else {
+    r.host = "localhost";  // torch's default for an empty endpoint; Slurm may fill it in
+    r.port = 29400;
+  }
+}
+
+// Restarts, monitoring, role, signals and shutdown.
+void resolveWorkers(LaunchConfig& cfg, const Tokens& t, const Env& env) {
+  if (const auto* g = t.value("max_restarts")) {
+    cfg.maxRestarts = static_cast<int>(parseInteger(g->source, g->value, 0, 1 << 30));
+  }
+  if (const auto* g = t.value("monitor_interval")) {
+    cfg.monitorInterval = parseSeconds(g->source, g->value);
+  }
+  if (const auto* g = t.value("start_method")) {
+    if (g->value != "spawn" && g->value != "fork" && g->value != "forkserver") {
+      throw UsageError(g->source + ": invalid choice '" + g->value +
+                       "': expected spawn, fork or forkserver");
+    }
+    cfg.startMethod = g->value;
+  }
+  if (const auto* g = t.value("event_log_handler")) {
+    if (g->value != "null" && g->value != "console" && g->value != "dynamic_rendezvous") {
+      throw UsageError(g->source + ": invalid value '" + g->value +
+                       "': expected null, console or dynamic_rendezvous");
+    }
+    cfg.eventLogHandler = g->value;
+  }
+  if (const auto* g = t.value("role")) cfg.role = g->value;
+
+  // dtrun's default adds SIGUSR1/SIGUSR2 to torchrun's: Slurm's preemption warning.
+  std::string signals = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2";
+  std::string signalsSource = "--signals-to-handle";
+  if (const auto* g = t.value("signals_to_handle")) {
+    signals = g->value;
+    signalsSource = g->source;
+  }
+  cfg.signalsToHandle = parseSignalList(signalsSource, signals);
+  if (const auto* g = t.value("shutdown_timeout")) {
+    cfg.shutdownTimeout = parseSeconds(g->source, g->value, true);
+  } else if (auto v = envValue(env, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT")) {
+    cfg.shutdownTimeout = parseSeconds("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", *v, true);
+  }
+  cfg.virtualLocalRank = t.flag("virtual_local_rank");
+}
+
+// The worker command, as torchrun's config_from_args builds it.
+void resolveEntrypoint(LaunchConfig& cfg, const Tokens& t, const Env& env) {
+  cfg.script = *t.script;
+  cfg.scriptArgs = t.scriptArgs;
+  cfg.module = t.flag("module");
+  cfg.noPython = t.flag("no_python");
+  cfg.runPath = t.flag("run_path");
+  if (const auto* g = t.value("python")) {
+    if (g->value.empty()) throw UsageError(g->source + ": expected an interpreter path or name");
+    cfg.python = g->value;
+  } else if (auto exec = envValue(env, "PYTHON_EXEC"); exec && !exec->empty()) {
+    cfg.python = *exec;  // torchrun's os.getenv("PYTHON_EXEC", sys.executable)
+  }
+  if (cfg.runPath) {
+    // torchrun runs its run_script_path function, which is also the name in its failure report.
+    cfg.entrypoint = {cfg.python, "-u", cfg.script};
+    cfg.entrypointName = "run_script_path";
+  } else if (cfg.noPython) {
+    if (cfg.module) {
+      throw UsageError(
+          "Don't use both the '--no-python' flag and the '--module' flag at the same time.");
+    }
+    cfg.entrypoint = {cfg.script};
+    cfg.entrypointName = cfg.script;
+  } else {
+    cfg.entrypoint = {cfg.python, "-u"};
+    if (cfg.module) cfg.entrypoint.push_back("-m");
+    cfg.entrypoint.push_back(cfg.script);
+    cfg.entrypointName = cfg.script;  // torch: the first argument not starting with '-'
+  }
+}
+
+// --log-dir, -r, -t, the console filters, and the accepted-only --logs-specs/--numa-binding.
+void resolveLogs(LaunchConfig& cfg, const Tokens& t) {
+  if (const auto* g = t.value("log_dir"); g && !g->value.empty()) cfg.logDir = g->value;
+  if (const auto* g = t.value("redirects")) cfg.redirects = parseStdSpec(g->source, g->value);
+  if (const auto* g = t.value("tee")) cfg.tee = parseStdSpec(g->source, g->value);
+  if (const auto* g = t.value("local_ranks_filter"); g && !g->value.empty()) {
+    cfg.localRanksFilter = parseRankSet(g->source, g->value);
+  }
+  if (const auto* g = t.value("duplicate_stdout_filters")) {
+    cfg.duplicateStdoutFilters = splitEscapedCommaList(g->value);
+  }
+  if (const auto* g = t.value("duplicate_stderr_filters")) {
+    cfg.duplicateStderrFilters = splitEscapedCommaList(g->value);
+  }
+  if (const auto* g = t.value("logs_specs")) {
+    cfg.logsSpecs = g->value;
+    cfg.warnings.push_back(g->source + " " + g->value +
+                           ": dtrun has no torchrun.logs_specs plugins; using its default logs "
+                           "layout");
+  }
+  if (const auto* g = t.value("numa_binding")) {
+    if (g->value != "node" && g->value != "socket" && g->value != "exclusive" &&
+        g->value != "core-complex") {
+      throw UsageError(g->source + ": invalid choice '" + g->value +
+                       "': expected node, socket, exclusive or core-complex");
+    }
+    cfg.numaBinding = g->value;
+  }
+}
+
+// --event-log, --log-line-prefix-template, --no-agent-store, --log-level.
+void resolveDtrunOptions(LaunchConfig& cfg, const Tokens& t, const Env& env) {
+  if (const auto* g = t.value("event_log")) cfg.eventLog = g->value;
+  if (const auto* g = t.value("log_line_prefix_template")) {
+    checkLogLinePrefixTemplate(g->source, g->value);
+    cfg.logLinePrefixTemplate = g->value;
+  }
+  cfg.agentStore = !t.flag("no_agent_store") &&
+                   envValue(env, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE").value_or("") != "1";
+  if (const auto* g = t.value("log_level")) {
+    auto level = normalizeLogLevel(g->value);
+    if (!level) {
+      throw UsageError(g->source + ": invalid value '" + g->value +
+                       "': expected trace, debug, info, warn, error, critical or off");
+    }
+    cfg.logLevel = *level;
+  } else if (auto v = envValue(env, "LOGLEVEL")) {
+    // torch's variable, set for torch's own Python logging: a value dtrun does not know is
+    // not dtrun's business, so it is ignored rather than an error.
+    if (auto level = normalizeLogLevel(*v)) {
+      cfg.logLevel = *level;
+    } else {
+      cfg.warnings.push_back("LOGLEVEL=" + *v + " is not a log level dtrun knows; using warn");
     }
   }
 }
@@ -524,252 +680,17 @@ LaunchConfig parseCommandLine(const std::vector<std::string>& args, const Env& e
   applyEnvironment(t, env);
 
   LaunchConfig cfg;
-  auto given = [&](const char* dest) { return t.values.count(dest) || t.flags.count(dest); };
-  auto value = [&](const char* dest) -> const Given* {
-    auto it = t.values.find(dest);
-    return it == t.values.end() ? nullptr : &it->second;
-  };
-  auto flag = [&](const char* dest) { return t.flags.count(dest) > 0; };
   for (const auto& [dest, g] : t.values) cfg.givenOptions.insert(dest);
   for (const auto& [dest, src] : t.flags) cfg.givenOptions.insert(dest);
-
-  // Sizes.
-  NodeRange nodes;
-  if (const auto* g = value("nnodes")) nodes = parseNodeRange(g->source, g->value);
-  cfg.rdzv.minNodes = nodes.min;
-  cfg.rdzv.maxNodes = nodes.max;
-  if (const auto* g = value("nproc_per_node")) cfg.nprocPerNode = determineNproc(*g, env, host);
-
-  // Static-backend inputs, parsed first: they decide the backend when none is given.
-  auto& r = cfg.rdzv;
-  if (const auto* g = value("node_rank")) {
-    r.nodeRank = static_cast<int>(parseInteger(g->source, g->value, 0, 1 << 24));
+  if (const auto* g = t.value("nproc_per_node")) {
+    cfg.nprocPerNode = parseNprocPerNode(g->source, g->value, host.devDir,
+                                         envValue(env, "CUDA_VISIBLE_DEVICES"), onlineCpus(host));
   }
-  if (const auto* g = value("master_addr")) {
-    if (g->value.empty()) throw UsageError(g->source + ": expected a host name or IP address");
-    r.masterAddr = g->value;
-  }
-  if (const auto* g = value("master_port")) {
-    r.masterPort = static_cast<std::uint16_t>(parseInteger(g->source, g->value, 0, 65535));
-  }
-  if (const auto* g = value("local_addr")) r.localAddr = g->value;
-
-  // Backend. dtrun defaults to c10d; a command line in torchrun's legacy static form
-  // (--master-addr/--master-port/--node-rank without --rdzv-endpoint) keeps running static,
-  // as it does under newest torchrun, whose auto single-node switch needs none of them.
-  const Given* endpoint = value("rdzv_endpoint");
-  bool haveEndpoint = endpoint && !endpoint->value.empty();
-  bool standalone = flag("standalone");
-  if (const auto* g = value("rdzv_backend")) {
-    if (g->value == "etcd" || g->value == "etcd-v2") {
-      throw UsageError(g->source + ": " + g->value +
-                       " is not supported by dtrun: expected c10d or static");
-    }
-    if (g->value != "c10d" && g->value != "static") {
-      throw UsageError(g->source + ": invalid value '" + g->value + "': expected c10d or static");
-    }
-    r.backend = g->value;
-  } else if (!haveEndpoint &&
-             (given("master_addr") || given("master_port") || given("node_rank"))) {
-    r.backend = "static";
-  } else {
-    r.backend = "c10d";
-  }
-  if (const auto* g = value("rdzv_id")) {
-    if (g->value.find('/') != std::string::npos) {
-      throw UsageError(g->source + ": invalid value '" + g->value +
-                       "': expected an id without '/' (it names the log directory)");
-    }
-    r.runId = g->value.empty() ? uuidIntString() : g->value;
-  }
-  if (const auto* g = value("rdzv_conf")) applyRendezvousConf(r, *g);
-
-  cfg.standalone = standalone;
-  if (standalone) {
-    if (given("rdzv_backend") || given("rdzv_endpoint") || given("rdzv_id")) {
-      cfg.warnings.push_back("--standalone ignores --rdzv-backend, --rdzv-endpoint and --rdzv-id");
-    }
-    if (nodes.max > 1) {
-      cfg.warnings.push_back("--standalone with --nnodes " + std::to_string(nodes.min) + ":" +
-                             std::to_string(nodes.max) +
-                             ": the rendezvous listens on a free localhost port, so no agent on "
-                             "another host can join");
-    }
-    r.backend = "c10d";
-    r.host = "localhost";
-    r.port = 0;
-    r.runId = randomUuid4();
-  } else if (r.backend == "static") {
-    Endpoint ep;
-    if (haveEndpoint) {
-      ep = parseEndpoint(endpoint->source, endpoint->value, std::nullopt);
-    } else {
-      std::string port = std::to_string(r.masterPort.value_or(29500));
-      ep = parseEndpoint("--master-addr/--master-port", r.masterAddr + ":" + port, std::nullopt);
-    }
-    r.host = ep.host;
-    r.port = ep.port;
-    if (r.nodeRank >= nodes.max) {
-      const Given* g = value("node_rank");
-      throw UsageError((g ? g->source : std::string("--node-rank")) + ": invalid value '" +
-                       std::to_string(r.nodeRank) + "': expected an integer from 0 to " +
-                       std::to_string(nodes.max - 1) + " (below --nnodes, static backend)");
-    }
-    if (ep.port == 0 && nodes.max > 1) {
-      throw UsageError((haveEndpoint ? endpoint->source : std::string("--master-port")) +
-                       ": port 0 with several nodes: the other nodes cannot find it; expected "
-                       "a port from 1 to 65535");
-    }
-    if (nodes.min != nodes.max) {
-      cfg.warnings.push_back("the static rendezvous backend waits for all " +
-                             std::to_string(nodes.max) + " nodes of --nnodes " +
-                             std::to_string(nodes.min) + ":" + std::to_string(nodes.max));
-    }
-    if (nodes.max > 1 && !given("node_rank")) {
-      cfg.warnings.push_back("--node-rank not given: this node is node 0 of " +
-                             std::to_string(nodes.max) + " (static rendezvous backend)");
-    }
-  } else if (haveEndpoint) {
-    Endpoint ep = parseEndpoint(endpoint->source, endpoint->value, 29400);
-    r.host = ep.host;
-    r.port = ep.port;
-  } else if (nodes.max == 1) {
-    // Newest torchrun's single-node mode: nobody else joins, so a free port and a fresh id.
-    r.host = "localhost";
-    r.port = 0;
-    if (!given("rdzv_id")) r.runId = randomUuid4();
-  } else {
-    r.host = "localhost";  // torch's default for an empty endpoint; Slurm may fill it in
-    r.port = 29400;
-  }
-  if (r.backend != "static" && !standalone) {
-    if (given("master_addr") || given("master_port") || given("node_rank")) {
-      cfg.warnings.push_back(
-          "--master-addr, --master-port and --node-rank are only used by the static rendezvous "
-          "backend; ignored with c10d");
-    }
-  }
-
-  // Workers.
-  if (const auto* g = value("max_restarts")) {
-    cfg.maxRestarts = static_cast<int>(parseInteger(g->source, g->value, 0, 1 << 30));
-  }
-  if (const auto* g = value("monitor_interval")) {
-    cfg.monitorInterval = parseSeconds(g->source, g->value);
-  }
-  if (const auto* g = value("start_method")) {
-    if (g->value != "spawn" && g->value != "fork" && g->value != "forkserver") {
-      throw UsageError(g->source + ": invalid choice '" + g->value +
-                       "': expected spawn, fork or forkserver");
-    }
-    cfg.startMethod = g->value;
-  }
-  if (const auto* g = value("event_log_handler")) {
-    if (g->value != "null" && g->value != "console" && g->value != "dynamic_rendezvous") {
-      throw UsageError(g->source + ": invalid value '" + g->value +
-                       "': expected null, console or dynamic_rendezvous");
-    }
-    cfg.eventLogHandler = g->value;
-  }
-  if (const auto* g = value("role")) cfg.role = g->value;
-
-  // What to run (torchrun's config_from_args).
-  cfg.script = *t.script;
-  cfg.scriptArgs = t.scriptArgs;
-  cfg.module = flag("module");
-  cfg.noPython = flag("no_python");
-  cfg.runPath = flag("run_path");
-  if (const auto* g = value("python")) {
-    if (g->value.empty()) throw UsageError(g->source + ": expected an interpreter path or name");
-    cfg.python = g->value;
-  } else if (auto exec = envValue(env, "PYTHON_EXEC"); exec && !exec->empty()) {
-    cfg.python = *exec;
-  }
-  if (cfg.runPath) {
-    // torchrun runs its run_script_path function, which is also the name in its failure report.
-    cfg.entrypoint = {cfg.python, "-u", cfg.script};
-    cfg.entrypointName = "run_script_path";
-  } else if (cfg.noPython) {
-    if (cfg.module) {
-      throw UsageError(
-          "Don't use both the '--no-python' flag and the '--module' flag at the same time.");
-    }
-    cfg.entrypoint = {cfg.script};
-    cfg.entrypointName = cfg.script;
-  } else {
-    cfg.entrypoint = {cfg.python, "-u"};
-    if (cfg.module) cfg.entrypoint.push_back("-m");
-    cfg.entrypoint.push_back(cfg.script);
-    cfg.entrypointName = cfg.script;
-  }
-
-  // Logs.
-  if (const auto* g = value("log_dir"); g && !g->value.empty()) cfg.logDir = g->value;
-  if (const auto* g = value("redirects")) cfg.redirects = parseStdSpec(g->source, g->value);
-  if (const auto* g = value("tee")) cfg.tee = parseStdSpec(g->source, g->value);
-  if (const auto* g = value("local_ranks_filter"); g && !g->value.empty()) {
-    cfg.localRanksFilter = parseRankSet(g->source, g->value);
-  }
-  if (const auto* g = value("duplicate_stdout_filters")) {
-    cfg.duplicateStdoutFilters = splitEscapedCommaList(g->value);
-  }
-  if (const auto* g = value("duplicate_stderr_filters")) {
-    cfg.duplicateStderrFilters = splitEscapedCommaList(g->value);
-  }
-  if (const auto* g = value("logs_specs")) {
-    cfg.logsSpecs = g->value;
-    cfg.warnings.push_back(g->source + " " + g->value +
-                           ": dtrun has no torchrun.logs_specs plugins; using its default logs "
-                           "layout");
-  }
-  if (const auto* g = value("numa_binding")) {
-    if (g->value != "node" && g->value != "socket" && g->value != "exclusive" &&
-        g->value != "core-complex") {
-      throw UsageError(g->source + ": invalid choice '" + g->value +
-                       "': expected node, socket, exclusive or core-complex");
-    }
-    cfg.numaBinding = g->value;
-  }
-
-  // Signals and shutdown.
-  std::string signals = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2";
-  std::string signalsSource = "--signals-to-handle";
-  if (const auto* g = value("signals_to_handle")) {
-    signals = g->value;
-    signalsSource = g->source;
-  }
-  cfg.signalsToHandle = parseSignalList(signalsSource, signals);
-  if (const auto* g = value("shutdown_timeout")) {
-    cfg.shutdownTimeout = parseSeconds(g->source, g->value, true);
-  } else if (auto v = envValue(env, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT")) {
-    cfg.shutdownTimeout = parseSeconds("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", *v, true);
-  }
-  cfg.virtualLocalRank = flag("virtual_local_rank");
-
-  // dtrun's own.
-  if (const auto* g = value("event_log")) cfg.eventLog = g->value;
-  if (const auto* g = value("log_line_prefix_template")) {
-    checkPrefixTemplate(g->source, g->value);
-    cfg.logLinePrefixTemplate = g->value;
-  }
-  cfg.agentStore = !flag("no_agent_store") &&
-                   envValue(env, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE").value_or("") != "1";
-  if (const auto* g = value("log_level")) {
-    cfg.logLevel = normalizeLogLevel(g->value);
-    if (cfg.logLevel.empty()) {
-      throw UsageError(g->source + ": invalid value '" + g->value +
-                       "': expected trace, debug, info, warn, error, critical or off");
-    }
-  } else if (auto v = envValue(env, "LOGLEVEL")) {
-    // torch's variable, set for torch's own Python logging: a value dtrun does not know is
-    // not dtrun's business, so it is ignored rather than an error.
-    std::string level = normalizeLogLevel(*v);
-    if (level.empty()) {
-      cfg.warnings.push_back("LOGLEVEL=" + *v + " is not a log level dtrun knows; using warn");
-    } else {
-      cfg.logLevel = level;
-    }
-  }
+  resolveRendezvous(cfg, t);
+  resolveWorkers(cfg, t, env);
+  resolveEntrypoint(cfg, t, env);
+  resolveLogs(cfg, t);
+  resolveDtrunOptions(cfg, t, env);
 
   // The workers' environment: the launcher's own, plus what torchrun adds to its own.
   cfg.baseEnv = env;
