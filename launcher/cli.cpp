@@ -1,3 +1,8 @@
+// The command line in three steps: tokenize() reads argv the way argparse does (the option table
+// below, prefixes, glued short options, the remainder); applyEnvironment() fills in PET_* and
+// dtrun's variables for what argv left out; the resolve*() steps turn the strings into a
+// LaunchConfig with torchrun's rules (run.py: run() and config_from_args()). Values are checked
+// by launcher/args.h helpers, each error naming the option or variable the value came from.
 #include "launcher/cli.h"
 
 #include <unistd.h>
