@@ -1,0 +1,123 @@
+#!/usr/bin/python3
+"""Operations per second from concurrent torch TCPStore clients, for scripts/bench/store.
+
+usage: store_load.py --server NAME=HOST:PORT [--server ...] [--ops set,get,add]
+                     [--clients 1,8,64] [--slots 16] [--slot-seconds 0.25]
+
+For every (op, clients) pair, forks `clients` processes. Each connects one torch.distributed
+TCPStore client (is_master=False: torch 1.13's client protocol) to every server, waits at a common
+barrier, then works through --slots time slots of --slot-seconds each, all processes in step on
+the shared monotonic clock: in slot k every process runs the op against server k mod n as fast as
+it can. The servers thus take turns every quarter second and a noisy neighbour (this machine is
+shared) hurts each alike. set and add use a key per client; get reads one shared key (torch's get
+is WAIT + GET: two round trips). A set has no reply in the protocol, so each process ends every
+slot with a num_keys() round trip: a slot's sets count only once the server has handled them.
+
+A slot's rate is the operations all processes finished in it over its length; a server's figure
+is the median over its slots. Output: one line per (op, clients, server),
+    RESULT op=set clients=8 server=dtrun ops_per_s=12345.6 slots=8 min=11000.0 max=13000.0
+Needs torch (Debian's python3-torch, /usr/bin/python3).
+"""
+import argparse
+import datetime
+import multiprocessing
+import sys
+import time
+
+import torch.distributed as dist
+
+CHECK_EVERY = 4  # operations between clock reads
+
+
+def make_op(store, op, rank):
+    key = f"bench/{op}/{rank}"
+    value = b"x" * 16
+    if op == "set":
+        return lambda: store.set(key, value)
+    if op == "get":
+        return lambda: store.get("bench/get/shared")
+    if op == "add":
+        return lambda: store.add(key, 1)
+    raise ValueError(op)
+
+
+def worker(servers, op, rank, slots, slot_seconds, barrier, start, results):
+    try:
+        stores = [dist.TCPStore(host, port, is_master=False,
+                                timeout=datetime.timedelta(seconds=120))
+                  for _, host, port in servers]
+        fns = [make_op(s, op, rank) for s in stores]
+        barrier.wait(120)
+        while start.value == 0.0:  # set by the parent right after the barrier
+            time.sleep(0.001)
+        t0 = start.value
+        counts = [0] * slots
+        for k in range(slots):
+            begin, end = t0 + k * slot_seconds, t0 + (k + 1) * slot_seconds
+            while (ahead := begin - time.monotonic()) > 0:  # the previous slot's flush ran short
+                time.sleep(min(ahead, 0.001))
+            s = k % len(stores)
+            fn, n = fns[s], 0
+            while time.monotonic() < end:
+                for _ in range(CHECK_EVERY):
+                    fn()
+                n += CHECK_EVERY
+            stores[s].num_keys()
+            counts[k] = n
+        results.put(("ok", counts))
+    except Exception as e:
+        results.put(("error", repr(e)))
+
+
+def measure(servers, op, clients, slots, slot_seconds):
+    ctx = multiprocessing.get_context("fork")
+    barrier = ctx.Barrier(clients + 1)
+    start = ctx.Value("d", 0.0)
+    results = ctx.Queue()
+    procs = [ctx.Process(target=worker,
+                         args=(servers, op, r, slots, slot_seconds, barrier, start, results))
+             for r in range(clients)]
+    for p in procs:
+        p.start()
+    barrier.wait(300)  # every process has connected to every server
+    start.value = time.monotonic() + 0.2
+    got = [results.get(timeout=slots * slot_seconds + 300) for _ in procs]
+    for p in procs:
+        p.join(60)
+    errors = [g[1] for g in got if g[0] != "ok"]
+    if errors:
+        raise RuntimeError(f"{len(errors)} clients failed, first: {errors[0]}")
+    per_slot = [sum(g[1][k] for g in got) / slot_seconds for k in range(slots)]
+    return [per_slot[i::len(servers)] for i in range(len(servers))]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server", action="append", required=True,
+                        help="NAME=HOST:PORT, e.g. dtrun=127.0.0.1:29400")
+    parser.add_argument("--ops", default="set,get,add")
+    parser.add_argument("--clients", default="1,8,64")
+    parser.add_argument("--slots", type=int, default=16)
+    parser.add_argument("--slot-seconds", type=float, default=0.25)
+    args = parser.parse_args()
+    servers = []
+    for s in args.server:
+        name, _, addr = s.partition("=")
+        host, _, port = addr.rpartition(":")
+        servers.append((name, host, int(port)))
+        # The key every get reads.
+        dist.TCPStore(host, int(port), is_master=False).set("bench/get/shared", b"y" * 16)
+
+    for op in args.ops.split(","):
+        for clients in (int(c) for c in args.clients.split(",")):
+            rates = measure(servers, op, clients, args.slots, args.slot_seconds)
+            for (name, _, _), values in zip(servers, rates):
+                v = sorted(values)
+                median = v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+                print(f"RESULT op={op} clients={clients} server={name} ops_per_s={median:.1f} "
+                      f"slots={len(v)} min={v[0]:.1f} max={v[-1]:.1f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
