@@ -14,6 +14,7 @@
 
 #include "agent/agent.h"
 #include "agent/job_client.h"
+#include "launcher/cli.h"
 #include "launcher/logging.h"
 #include "rendezvous/error.h"
 #include "rendezvous/store_server.h"
@@ -125,6 +126,7 @@ int runLaunch(const agent::LaunchConfig& config) {
   auto agentLog = makeLogger("agent", config.logLevel);
   auto storeLog = makeLogger("store", config.logLevel);
   for (const auto& w : config.warnings) agentLog->warn("{}", w);
+  if (config.ompNumThreadsSet) agentLog->warn("{}", kOmpNumThreadsNotice);
 
   const auto& rdzv = config.rdzv;
   const bool isStatic = rdzv.backend == "static";

@@ -139,7 +139,7 @@ DynamicRendezvous::Outcome DynamicRendezvous::joinRound(std::int64_t round,
     if (Clock::now() >= deadline) timedOut(round, joined);
     if (Clock::now() - lastProgress >= settings_.progressInterval) {
       lastProgress = Clock::now();
-      log_->info("rendezvous: waiting for nodes in round {}: {} joined (min {}, max {}); {} s left",
+      log_->warn("rendezvous: waiting for nodes in round {}: {} joined (min {}, max {}); {} s left",
                  round, joined, settings_.minNodes, settings_.maxNodes,
                  std::chrono::duration_cast<std::chrono::seconds>(deadline - Clock::now()).count());
     }
