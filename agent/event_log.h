@@ -1,0 +1,54 @@
+// EventLog: --event-log FILE, one JSON object per line per lifecycle event.
+//
+//   {"event": "worker_exited", "time": "2026-11-30T04:14:28.123Z", "ts": 1796012068.123, ...}
+//
+// "event", "time" (UTC, ISO 8601, milliseconds) and "ts" (epoch seconds) come first, then the
+// caller's fields. Each line is appended with a single write(2) on an O_APPEND descriptor, so
+// several agents (or restarts) may share one file and lines never interleave. Event names in use:
+// rendezvous_done, worker_started, worker_exited, restart_decided, shutdown.
+#pragma once
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+namespace dtrun::agent {
+
+class EventLog {
+ public:
+  /// A disabled log: record() does nothing and costs nothing.
+  EventLog() = default;
+  /// Opens `path` for appending (created 0644 if missing); "" = disabled. Blocking; throws
+  /// ConfigError naming the file when it cannot be opened.
+  explicit EventLog(const std::string& path);
+  ~EventLog();
+  EventLog(const EventLog&) = delete;
+  EventLog& operator=(const EventLog&) = delete;
+  EventLog(EventLog&& other) noexcept;
+  EventLog& operator=(EventLog&& other) noexcept;
+
+  /// True when a file is open.
+  bool enabled() const { return fd_ >= 0; }
+  /// Appends one line for `event` now. `fields` must be an object (anything else is recorded
+  /// under "value"); its keys "event", "time" and "ts" are ignored. One write(2) to a local file
+  /// (blocking); owner's thread only. Never throws: returns false when the line was not
+  /// written (disabled, or the write failed).
+  bool record(std::string_view event, const nlohmann::json& fields = nlohmann::json::object());
+  /// The same at a given time (tests, replays).
+  bool record(std::string_view event, const nlohmann::json& fields,
+              std::chrono::system_clock::time_point when);
+
+  /// The line record() would write for this event, without the trailing newline. Pure.
+  static std::string formatLine(std::string_view event, const nlohmann::json& fields,
+                                std::chrono::system_clock::time_point when);
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+};
+
+/// "2026-11-30T04:14:28.123Z": UTC, millisecond precision. Pure.
+std::string formatUtcIso8601Ms(std::chrono::system_clock::time_point when);
+
+}  // namespace dtrun::agent
