@@ -358,8 +358,9 @@ TEST_CASE("drainAndClose returns promptly while a grandchild holds the pipe", "[
   LogForwarder fwd(io);
   auto s = fwd.open(streamTo(console.fd.get(), "[g]:"));
   // The worker starts a background job that inherits its stdout, says goodbye and exits.
-  pid_t pid =
-      spawnSh("sleep 120 & echo $!; echo last words; printf 'partial'; exit 3", s.writeEnd.get());
+  // Its stderr goes to /dev/null so that it holds no pipe of the test runner's.
+  pid_t pid = spawnSh("sleep 120 2>/dev/null & echo $!; echo last words; printf 'partial'; exit 3",
+                      s.writeEnd.get());
   s.writeEnd.reset();
   CHECK(waitExit(pid) == 3);
   auto start = std::chrono::steady_clock::now();
@@ -369,12 +370,13 @@ TEST_CASE("drainAndClose returns promptly while a grandchild holds the pipe", "[
   CHECK(took < 5s);  // no wait for the grandchild's EOF (120 s away)
   REQUIRE(tail->size() == 3);
   int grandchild = std::stoi((*tail)[0]);
+  REQUIRE(grandchild > 1);
   CHECK(dtrun::test::processAlive(grandchild));  // it really was still holding the write end
+  ::kill(grandchild, SIGKILL);
+  CHECK(pollUntil([&] { return !dtrun::test::processAlive(grandchild); }));
   CHECK((*tail)[1] == "last words");
   CHECK((*tail)[2] == "partial");
   CHECK(console.text() == "[g]:" + (*tail)[0] + "\n[g]:last words\n[g]:partial\n");
-  ::kill(grandchild, SIGKILL);
-  CHECK(pollUntil([&] { return !dtrun::test::processAlive(grandchild); }));
 }
 
 TEST_CASE("drainAndClose reads what the pipe still holds", "[agent][logs]") {
@@ -478,7 +480,7 @@ TEST_CASE("the write end reaches only the child it is given to", "[agent][logs]"
   // A sibling spawned while the write end is open must not inherit it, or EOF would wait
   // for the sibling too.
   int devnull = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
-  pid_t sibling = spawnSh("sleep 120", devnull);
+  pid_t sibling = spawnSh("exec sleep 120", devnull);  // exec: the kill below reaches it
   ::close(devnull);
   s.writeEnd.reset();
   // No drainAndClose(): the EOF comes through the normal read path.
