@@ -39,34 +39,6 @@ std::string signalList(const std::vector<int>& signals) {
   return s;
 }
 
-// Python's string.Template.safe_substitute for one name: "$name" and "${name}" become `value`,
-// "$$" becomes "$", anything else stays as it is.
-std::string substitute(const std::string& text, const std::string& name, const std::string& value) {
-  std::string out;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (text[i] != '$' || i + 1 >= text.size()) {
-      out += text[i];
-      continue;
-    }
-    if (text[i + 1] == '$') {
-      out += '$';
-      ++i;
-    } else if (text.compare(i + 1, name.size() + 2, "{" + name + "}") == 0) {
-      out += value;
-      i += name.size() + 2;
-    } else if (text.compare(i + 1, name.size(), name) == 0 &&
-               (i + 1 + name.size() >= text.size() ||
-                !(std::isalnum(static_cast<unsigned char>(text[i + 1 + name.size()])) ||
-                  text[i + 1 + name.size()] == '_'))) {
-      out += value;
-      i += name.size();
-    } else {
-      out += '$';
-    }
-  }
-  return out;
-}
-
 // Children of this process that are not current workers: orphans our workers left behind, which
 // we adopted as child subreaper.
 std::vector<int> adoptedChildren(const std::set<int>& workers, bool zombiesOnly) {
@@ -125,6 +97,7 @@ Agent::Agent(boost::asio::io_context& io, const LaunchConfig& config, JobClient&
       logDir_(config.logDir, config.rdzv.runId),
       events_(config.eventLog),
       workers_(io),
+      forwarder_(io),
       signals_(io),
       sigchld_(io, SIGCHLD),
       finishTimer_(io) {}
@@ -239,25 +212,16 @@ void Agent::startWorkers(const std::string& masterAddr, std::uint16_t masterPort
   const auto attempt = static_cast<int>(round_.round);
   logDir_.prepareAttempt(attempt, config_.nprocPerNode);
   std::vector<WorkerSpec> specs;
-  std::vector<int> openFds;
+  std::vector<UniqueFd> childEnds;  // closed once the workers are spawned
+  outStreams_.assign(config_.nprocPerNode, std::nullopt);
+  errStreams_.assign(config_.nprocPerNode, std::nullopt);
   for (int lr = 0; lr < config_.nprocPerNode; ++lr) {
     WorkerSpec spec;
     spec.localRank = lr;
     spec.rank = round_.rankOffset + lr;
     spec.spawn.argv = workerArgv(lr);
     spec.spawn.env = workerEnv(lr, masterAddr, masterPort);
-    Std redirect = static_cast<Std>(static_cast<int>(config_.redirects.forRank(lr)) |
-                                    static_cast<int>(config_.tee.forRank(lr)));
-    if (!logDir_.disabled() && (static_cast<int>(redirect) & static_cast<int>(Std::kOut))) {
-      spec.spawn.stdoutFd = ::open(logDir_.stdoutPath(attempt, lr).c_str(),
-                                   O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-      openFds.push_back(spec.spawn.stdoutFd);
-    }
-    if (!logDir_.disabled() && (static_cast<int>(redirect) & static_cast<int>(Std::kErr))) {
-      spec.spawn.stderrFd = ::open(logDir_.stderrPath(attempt, lr).c_str(),
-                                   O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-      openFds.push_back(spec.spawn.stderrFd);
-    }
+    routeStreams(lr, spec.spawn, childEnds);
     specs.push_back(std::move(spec));
   }
   transition(State::kRunning);
@@ -269,9 +233,7 @@ void Agent::startWorkers(const std::string& masterAddr, std::uint16_t masterPort
   if (context_.guard) {
     for (int g : workers_.groups()) context_.guard->add(g);
   }
-  for (int fd : openFds) {
-    if (fd >= 0) ::close(fd);
-  }
+  childEnds.clear();  // the workers hold their ends now; ours must close for EOF to come
   for (int lr = 0; lr < config_.nprocPerNode; ++lr) {
     events_.record("worker_started", {{"round", round_.round},
                                       {"local_rank", lr},
@@ -282,11 +244,63 @@ void Agent::startWorkers(const std::string& masterAddr, std::uint16_t masterPort
   queryState();
 }
 
+void Agent::routeStreams(int lr, SpawnSpec& spawn, std::vector<UniqueFd>& childEnds) {
+  // torchrun's rules (spec §5.10): a redirected stream goes to its file only; a tee'd one to the
+  // file and, prefixed, to the console; --local-ranks-filter silences the console of the
+  // others. dtrun also passes the streams that torchrun leaves alone through the forwarder, so
+  // lines never interleave mid-line and stderr's last lines are at hand for the report.
+  const int attempt = static_cast<int>(round_.round);
+  const int redirect = static_cast<int>(config_.redirects.forRank(lr));
+  const int tee = static_cast<int>(config_.tee.forRank(lr));
+  const bool onConsole = !config_.localRanksFilter || config_.localRanksFilter->count(lr) != 0;
+  LinePrefixVars vars;
+  vars.roleName = config_.role;
+  vars.rank = round_.rankOffset + lr;
+  vars.localRank = lr;
+  vars.host = context_.hostname;
+  vars.nodeRank = round_.groupRank;
+  vars.restart = attempt;
+  for (int bit : {static_cast<int>(Std::kOut), static_cast<int>(Std::kErr)}) {
+    const bool isOut = bit == static_cast<int>(Std::kOut);
+    const std::string file =
+        isOut ? logDir_.stdoutPath(attempt, lr) : logDir_.stderrPath(attempt, lr);
+    int& childFd = isOut ? spawn.stdoutFd : spawn.stderrFd;
+    auto& streamId = isOut ? outStreams_[lr] : errStreams_[lr];
+    if ((redirect & bit) && !(tee & bit)) {
+      if (file.empty()) {
+        childFd = -1;  // --log-dir /dev/null: nowhere to redirect to; keep the console
+      } else {
+        UniqueFd fd(::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+        if (!fd) throw Error("cannot open " + file + ": " + std::strerror(errno));
+        childFd = fd.get();
+        childEnds.push_back(std::move(fd));
+        continue;
+      }
+    }
+    StreamOptions o;
+    o.consoleFd = onConsole ? (isOut ? 1 : 2) : -1;
+    if ((tee & bit) || !config_.logLinePrefixTemplate.empty()) {
+      o.prefix = makeLinePrefix(config_.logLinePrefixTemplate, vars);
+    }
+    if (tee & bit) o.teeFile = file;
+    o.filters = isOut ? config_.duplicateStdoutFilters : config_.duplicateStderrFilters;
+    if (!o.filters.empty()) {
+      o.filterFile =
+          isOut ? logDir_.filteredStdoutPath(attempt) : logDir_.filteredStderrPath(attempt);
+    }
+    o.tailLines = isOut ? 0 : kDefaultTailLines;
+    auto opened = forwarder_.open(std::move(o));
+    streamId = opened.id;
+    childFd = opened.writeEnd.get();
+    childEnds.push_back(std::move(opened.writeEnd));
+  }
+}
+
 std::vector<std::string> Agent::workerArgv(int localRank) const {
   std::vector<std::string> argv;
   for (const auto& a : config_.entrypoint) argv.push_back(a);
   for (const auto& a : config_.scriptArgs) {
-    argv.push_back(substitute(a, "local_rank", std::to_string(localRank)));
+    argv.push_back(safeSubstitute(a, {{"local_rank", std::to_string(localRank)}}));
   }
   return argv;
 }
@@ -366,8 +380,20 @@ void Agent::onWorkerExit(int localRank, ExitStatus status) {
        {"exit_code", status.signal ? nlohmann::json(nullptr) : nlohmann::json(status.code)},
        {"signal", status.signal ? nlohmann::json(*status.signal) : nlohmann::json(nullptr)}});
   if (!w.execError().empty()) log_->error("worker {}: {}", localRank, w.execError());
-  if (state_ != State::kRunning) return;  // expected: we are stopping them
+  // The worker is gone: take what is left in its pipes (a grandchild may still hold them).
+  if (auto out = std::exchange(outStreams_[localRank], std::nullopt)) {
+    forwarder_.drainAndClose(*out, [](std::vector<std::string>) {});
+  }
+  if (state_ != State::kRunning) {
+    if (auto err = std::exchange(errStreams_[localRank], std::nullopt)) {
+      forwarder_.drainAndClose(*err, [](std::vector<std::string>) {});
+    }
+    return;  // expected: we are stopping them
+  }
   if (status.success()) {
+    if (auto err = std::exchange(errStreams_[localRank], std::nullopt)) {
+      forwarder_.drainAndClose(*err, [](std::vector<std::string>) {});
+    }
     if (workers_.anyRunning()) return;
     sweepWorkers();
     log_->info("agent: [{}] local worker group finished (SUCCEEDED); waiting for the other nodes",
@@ -378,9 +404,29 @@ void Agent::onWorkerExit(int localRank, ExitStatus status) {
     });
     return;
   }
+  // A failure. Stop the rest of the group first (all or nothing), then read what the worker
+  // left on stderr for the report.
+  transition(State::kStopping);
+  const int rank = round_.rankOffset + localRank;
+  job_.abortWorkers(round_.round, "rank " + std::to_string(rank) + " on " + context_.hostname +
+                                      " failed with " + status.describe());
+  if (auto err = std::exchange(errStreams_[localRank], std::nullopt)) {
+    forwarder_.drainAndClose(*err, [this, localRank, status](std::vector<std::string> tail) {
+      onWorkerFailed(localRank, status, std::move(tail));
+    });
+  } else {
+    onWorkerFailed(localRank, status,
+                   tailFile(logDir_.stderrPath(static_cast<int>(round_.round), localRank)));
+  }
+  stopWorkers(SIGTERM, [this] {
+    transition(State::kIdle);
+    queryState();
+  });
+}
 
-  // A failure: record it job-wide, tell native workers to abort their collectives, stop the
-  // rest of the group, and let the job's state decide what comes next.
+void Agent::onWorkerFailed(int localRank, ExitStatus status, std::vector<std::string> stderrTail) {
+  // Record the failure job-wide and let the job's state decide what comes next.
+  const auto& w = workers_.worker(localRank);
   const int rank = round_.rankOffset + localRank;
   log_->error("agent: failed ({}) local_rank: {} (pid: {}) of {}", status.describe(), localRank,
               w.pid(), config_.entrypointName);
@@ -392,13 +438,10 @@ void Agent::onWorkerExit(int localRank, ExitStatus status) {
   exit.host = context_.hostname;
   exit.errorFile = logDir_.errorFilePath(static_cast<int>(round_.round), localRank);
   exit.observedAt = std::chrono::system_clock::now();
-  if (!w.execError().empty()) exit.stderrTail = {w.execError()};
+  exit.stderrTail = std::move(stderrTail);
+  if (!w.execError().empty()) exit.stderrTail.push_back(w.execError());
   ProcessFailure failure = buildProcessFailure(exit);
   localFailures_.push_back(failure);
-  transition(State::kStopping);
-  const std::string reason = "rank " + std::to_string(rank) + " on " + context_.hostname +
-                             " failed with " + status.describe();
-  job_.abortWorkers(round_.round, reason);
   const std::int64_t failedRound = round_.round;
   job_.reportFailure(round_.round, nlohmann::json(failure).dump(), config_.maxRestarts,
                      [this, failedRound](Result<bool> r) {
@@ -410,10 +453,6 @@ void Agent::onWorkerExit(int localRank, ExitStatus status) {
                                                           {"reason", "worker_failure"},
                                                           {"decided_here", *r.value}});
                      });
-  stopWorkers(SIGTERM, [this] {
-    transition(State::kIdle);
-    queryState();
-  });
 }
 
 void Agent::stopWorkers(int signo, std::function<void()> then) {

@@ -29,6 +29,7 @@
 #include "agent/job_client.h"
 #include "agent/launch_config.h"
 #include "agent/log_dir.h"
+#include "agent/log_forwarder.h"
 #include "agent/orphan_guard.h"
 #include "agent/worker_group.h"
 
@@ -66,7 +67,10 @@ class Agent {
   std::vector<std::string> workerEnv(int localRank, const std::string& masterAddr,
                                      std::uint16_t masterPort) const;
   std::vector<std::string> workerArgv(int localRank) const;
+  /// Opens the forwarded streams of one worker; fills the fds its spawn spec gets.
+  void routeStreams(int localRank, SpawnSpec& spawn, std::vector<UniqueFd>& childEnds);
   void onWorkerExit(int localRank, ExitStatus status);
+  void onWorkerFailed(int localRank, ExitStatus status, std::vector<std::string> stderrTail);
   void onEpoch();
   void queryState();
   void onState(const rendezvous::JobState& s);
@@ -89,6 +93,10 @@ class Agent {
   LogDir logDir_;
   EventLog events_;
   WorkerGroup workers_;
+  LogForwarder forwarder_;
+  /// Forwarded stream ids per local rank of the current round (stdout, stderr).
+  std::vector<std::optional<LogForwarder::StreamId>> outStreams_;
+  std::vector<std::optional<LogForwarder::StreamId>> errStreams_;
   boost::asio::signal_set signals_;
   boost::asio::signal_set sigchld_;
   boost::asio::steady_timer finishTimer_;
