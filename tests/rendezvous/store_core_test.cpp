@@ -22,7 +22,7 @@ struct Recorder {
 
 }  // namespace
 
-TEST_CASE("core: WAIT on present keys completes at once; missing keys park the client",
+TEST_CASE("core: WAIT on present keys completes at once, on missing keys it parks the client",
           "[store][core]") {
   Recorder r;
   r.core.set("a", "1");
@@ -87,7 +87,7 @@ TEST_CASE("core: CANCEL_WAIT forgets the parked operation", "[store][core]") {
   CHECK(r.woken == std::vector<StoreCore::ClientId>{2});
 }
 
-TEST_CASE("core: a client parks at most one operation; a new one replaces the old",
+TEST_CASE("core: a client parks at most one operation, a new one replaces the old",
           "[store][core]") {
   Recorder r;
   CHECK_FALSE(r.core.wait(1, {"first"}));

@@ -161,7 +161,7 @@ TEST_CASE("server: a torch 1.13 connection and a 2.x connection share one store"
   CHECK(old.recvI64() == 2);
 }
 
-TEST_CASE("server: LIST_KEYS lists every key as sent; TcpStore strips its prefix",
+TEST_CASE("server: LIST_KEYS lists every key as sent, and TcpStore strips its prefix",
           "[store][server]") {
   ServerThread server;
   TcpStore client(clientOptions(server.port()));

@@ -256,7 +256,7 @@ TEST_CASE("tcp store: a server that stops fails a blocked wait instead of hangin
   CHECK_THAT(error, Contains("127.0.0.1:"));
 }
 
-TEST_CASE("tcp store: values up to the client's limit are read; larger replies fail",
+TEST_CASE("tcp store: values up to the client limit are read, larger replies fail",
           "[store][client]") {
   ServerThread server;
   TcpStore writer(clientOptions(server.port()));

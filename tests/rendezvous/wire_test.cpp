@@ -165,7 +165,7 @@ TEST_CASE("wire: every operation encodes to its golden bytes in both tables", "[
   }
 }
 
-TEST_CASE("wire: the newest VALIDATE is 00 CE F7 85 3C; 1.13 has no VALIDATE", "[store][wire]") {
+TEST_CASE("wire: the newest VALIDATE is 00 CE F7 85 3C and 1.13 has none", "[store][wire]") {
   Request r;
   r.op = Op::kValidate;
   r.word = kValidationMagic;
