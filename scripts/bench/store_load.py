@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Operations per second from concurrent torch TCPStore clients, for scripts/bench/store.
 
-usage: store_load.py --server NAME=HOST:PORT [--server ...] [--ops set,get,add]
+usage: store_load.py --server NAME=HOST:PORT[@PID] [--server ...] [--ops set,get,add]
                      [--clients 1,8,64] [--slots 16] [--slot-seconds 0.25]
 
 For every (op, clients) pair, forks `clients` processes. Each connects one torch.distributed
@@ -14,19 +14,30 @@ is WAIT + GET: two round trips). A set has no reply in the protocol, so each pro
 slot with a num_keys() round trip: a slot's sets count only once the server has handled them.
 
 A slot's rate is the operations all processes finished in it over its length; a server's figure
-is the median over its slots. Output: one line per (op, clients, server),
-    RESULT op=set clients=8 server=dtrun ops_per_s=12345.6 slots=8 min=11000.0 max=13000.0
+is the median over its slots. Given a server's PID, the CPU time the server process used during its
+slots (from /proc/PID/stat, sampled at every slot boundary) over the operations done in them is
+reported too: what an operation costs the server, independent of how fast the clients are.
+Output: one line per (op, clients, server),
+    RESULT op=set clients=8 server=dtrun ops_per_s=12345.6 slots=8 min=11000.0 max=13000.0 cpu_us_per_op=4.1
 Needs torch (Debian's python3-torch, /usr/bin/python3).
 """
 import argparse
 import datetime
 import multiprocessing
+import os
 import sys
 import time
 
 import torch.distributed as dist
 
 CHECK_EVERY = 4  # operations between clock reads
+
+
+def cpu_seconds(pid):
+    """User + system CPU time of a whole process (all its threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def make_op(store, op, rank):
@@ -45,7 +56,7 @@ def worker(servers, op, rank, slots, slot_seconds, barrier, start, results):
     try:
         stores = [dist.TCPStore(host, port, is_master=False,
                                 timeout=datetime.timedelta(seconds=120))
-                  for _, host, port in servers]
+                  for _, host, port, _ in servers]
         fns = [make_op(s, op, rank) for s in stores]
         barrier.wait(120)
         while start.value == 0.0:  # set by the parent right after the barrier
@@ -80,15 +91,28 @@ def measure(servers, op, clients, slots, slot_seconds):
     for p in procs:
         p.start()
     barrier.wait(300)  # every process has connected to every server
-    start.value = time.monotonic() + 0.2
+    t0 = time.monotonic() + 0.2
+    start.value = t0
+    # Sample each server's CPU time at the slot boundaries; slot k's share goes to server k mod n.
+    cpu = [0.0] * len(servers)
+    pids = [pid for _, _, _, pid in servers]
+    last = [cpu_seconds(p) if p else 0.0 for p in pids]
+    for k in range(slots):
+        time.sleep(max(0.0, t0 + (k + 1) * slot_seconds - time.monotonic()))
+        now = [cpu_seconds(p) if p else 0.0 for p in pids]
+        cpu[k % len(servers)] += now[k % len(servers)] - last[k % len(servers)]
+        last = now
     got = [results.get(timeout=slots * slot_seconds + 300) for _ in procs]
     for p in procs:
         p.join(60)
     errors = [g[1] for g in got if g[0] != "ok"]
     if errors:
         raise RuntimeError(f"{len(errors)} clients failed, first: {errors[0]}")
-    per_slot = [sum(g[1][k] for g in got) / slot_seconds for k in range(slots)]
-    return [per_slot[i::len(servers)] for i in range(len(servers))]
+    ops = [sum(g[1][k] for g in got) for k in range(slots)]
+    per_slot = [n / slot_seconds for n in ops]
+    rates = [per_slot[i::len(servers)] for i in range(len(servers))]
+    cpu_per_op = [cpu[i] / max(1, sum(ops[i::len(servers)])) for i in range(len(servers))]
+    return rates, cpu_per_op
 
 
 def main():
@@ -103,19 +127,21 @@ def main():
     servers = []
     for s in args.server:
         name, _, addr = s.partition("=")
+        addr, _, pid = addr.partition("@")
         host, _, port = addr.rpartition(":")
-        servers.append((name, host, int(port)))
+        servers.append((name, host, int(port), int(pid) if pid else 0))
         # The key every get reads.
         dist.TCPStore(host, int(port), is_master=False).set("bench/get/shared", b"y" * 16)
 
     for op in args.ops.split(","):
         for clients in (int(c) for c in args.clients.split(",")):
-            rates = measure(servers, op, clients, args.slots, args.slot_seconds)
-            for (name, _, _), values in zip(servers, rates):
+            rates, cpu_per_op = measure(servers, op, clients, args.slots, args.slot_seconds)
+            for (name, _, _, pid), values, cpu in zip(servers, rates, cpu_per_op):
                 v = sorted(values)
                 median = v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+                cpu_text = f" cpu_us_per_op={cpu * 1e6:.2f}" if pid else ""
                 print(f"RESULT op={op} clients={clients} server={name} ops_per_s={median:.1f} "
-                      f"slots={len(v)} min={v[0]:.1f} max={v[-1]:.1f}", flush=True)
+                      f"slots={len(v)} min={v[0]:.1f} max={v[-1]:.1f}{cpu_text}", flush=True)
     return 0
 
 
