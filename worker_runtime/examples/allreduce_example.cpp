@@ -129,7 +129,13 @@ int run(Worker& worker, const Args& args) {
   DTRUN_CUDA_CHECK(
       cudaMemcpy(send, hostInput.data(), maxCount * sizeof(float), cudaMemcpyHostToDevice), ctx);
 
+  int ncclRuntime = 0;
+  DTRUN_NCCL_CHECK(ncclGetVersion(&ncclRuntime), ctx);
+  int cudaDriver = 0;
+  DTRUN_CUDA_CHECK(cudaDriverGetVersion(&cudaDriver), ctx);
   if (rank == 0) {
+    std::printf("# NCCL %d (built against %d), CUDA driver %d, runtime %d\n", ncclRuntime,
+                NCCL_VERSION_CODE, cudaDriver, CUDART_VERSION);
     std::printf(
         "# dtrun_worker all-reduce: %d rank(s), float sum, out-of-place, %d warm-up + %d "
         "timed iterations\n#\n# Using devices\n",
