@@ -66,6 +66,7 @@ struct WorkerOptions {
   std::function<void(const std::string&)> log;
 };
 
+/// One worker process's handle on the job: its environment, this round's store, the abort state.
 class Worker {
  public:
   /// Connects to the store (blocking, up to options.connectTimeout; ConnectionError) and starts
@@ -75,7 +76,9 @@ class Worker {
   static Worker fromEnvironment(WorkerOptions options = {});
   /// Stops and joins the abort watcher (promptly: it interrupts the watcher's socket).
   ~Worker();
+  /// Movable (the watcher thread keeps no pointer to the Worker object itself).
   Worker(Worker&&) noexcept;
+  /// Move assignment; the replaced Worker's watcher is stopped first.
   Worker& operator=(Worker&&) noexcept;
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
