@@ -100,7 +100,8 @@ Agent::Agent(boost::asio::io_context& io, const LaunchConfig& config, JobClient&
       forwarder_(io),
       signals_(io),
       sigchld_(io, SIGCHLD),
-      finishTimer_(io) {}
+      finishTimer_(io),
+      abortTimer_(io) {}
 
 const char* Agent::name(State s) {
   switch (s) {
@@ -408,8 +409,6 @@ void Agent::onWorkerExit(int localRank, ExitStatus status) {
   // left on stderr for the report.
   transition(State::kStopping);
   const int rank = round_.rankOffset + localRank;
-  job_.abortWorkers(round_.round, "rank " + std::to_string(rank) + " on " + context_.hostname +
-                                      " failed with " + status.describe());
   if (auto err = std::exchange(errStreams_[localRank], std::nullopt)) {
     forwarder_.drainAndClose(*err, [this, localRank, status](std::vector<std::string> tail) {
       onWorkerFailed(localRank, status, std::move(tail));
@@ -418,10 +417,12 @@ void Agent::onWorkerExit(int localRank, ExitStatus status) {
     onWorkerFailed(localRank, status,
                    tailFile(logDir_.stderrPath(static_cast<int>(round_.round), localRank)));
   }
-  stopWorkers(SIGTERM, [this] {
-    transition(State::kIdle);
-    queryState();
-  });
+  abortAndStop("rank " + std::to_string(rank) + " on " + context_.hostname + " failed with " +
+                   status.describe(),
+               [this] {
+                 transition(State::kIdle);
+                 queryState();
+               });
 }
 
 void Agent::onWorkerFailed(int localRank, ExitStatus status, std::vector<std::string> stderrTail) {
@@ -460,6 +461,24 @@ void Agent::stopWorkers(int signo, std::function<void()> then) {
     sweepWorkers();
     if (then) then();
   });
+}
+
+void Agent::abortAndStop(const std::string& reason, std::function<void()> then) {
+  // Native workers blocked in a collective on a dead peer return at once when they see the key;
+  // SIGTERM then finds them out of NCCL. The bound keeps a slow store from delaying the stop.
+  auto started = std::make_shared<bool>(false);
+  auto stop = [this, started, then = std::move(then)]() mutable {
+    if (*started) return;
+    *started = true;
+    abortTimer_.cancel();
+    stopWorkers(SIGTERM, std::move(then));
+  };
+  auto shared = std::make_shared<decltype(stop)>(std::move(stop));
+  abortTimer_.expires_after(std::chrono::milliseconds(200));
+  abortTimer_.async_wait([shared](boost::system::error_code ec) {
+    if (!ec) (*shared)();
+  });
+  job_.abortWorkers(round_.round, reason, [shared] { (*shared)(); });
 }
 
 void Agent::sweepWorkers() {
@@ -514,7 +533,7 @@ void Agent::onState(const rendezvous::JobState& s) {
                s.round);
     events_.record("restart_decided", {{"round", round_.round}, {"next_round", s.round}});
     transition(State::kStopping);
-    stopWorkers(SIGTERM, [this] { join(); });
+    abortAndStop("round " + std::to_string(round_.round) + " is over", [this] { join(); });
     return;
   }
   if (state_ == State::kDoneWaiting && s.done >= round_.groupWorldSize) {
@@ -539,7 +558,6 @@ void Agent::onState(const rendezvous::JobState& s) {
     advanceAsked_ = true;
     log_->warn("agent: [{}] {}; starting a new round", config_.role,
                s.gone > 0 ? "a node left the job" : "a new node is waiting to join");
-    job_.abortWorkers(round_.round, s.gone > 0 ? "a node left the job" : "a node joined the job");
     job_.advance(round_.round, [this](Result<bool> r) {
       if (!r.ok()) log_->warn("could not start a new round: {}", r.message());
     });

@@ -75,6 +75,9 @@ class Agent {
   void queryState();
   void onState(const rendezvous::JobState& s);
   void stopWorkers(int signo, std::function<void()> then);
+  /// Sets the round's abort key for native workers, then stopWorkers(SIGTERM) once the store
+  /// has it, or after a short bound if the store is slow.
+  void abortAndStop(const std::string& reason, std::function<void()> then);
   /// After the round's workers exited: ends their process groups and adopted orphans.
   void sweepWorkers();
   void onSignal(int signo);
@@ -100,6 +103,7 @@ class Agent {
   boost::asio::signal_set signals_;
   boost::asio::signal_set sigchld_;
   boost::asio::steady_timer finishTimer_;
+  boost::asio::steady_timer abortTimer_;
 
   State state_ = State::kJoining;
   rendezvous::RoundInfo round_;

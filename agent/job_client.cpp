@@ -3,6 +3,7 @@
 #include <boost/asio/post.hpp>
 
 #include "rendezvous/error.h"
+#include "worker_runtime/include/dtrun/worker/abort_key.h"
 
 namespace dtrun::agent {
 
@@ -175,15 +176,21 @@ void JobClient::failures(std::int64_t round,
   run<std::vector<std::string>>([this, round] { return rdzv_->failures(round); }, std::move(done));
 }
 
-void JobClient::abortWorkers(std::int64_t round, std::string reason) {
-  enqueue([this, round, reason = std::move(reason)] {
-    try {
-      // Not under the job prefix: worker_runtime watches /dtrun/abort/<round> (see its header).
-      ops_->set("dtrun/abort/" + std::to_string(round), reason);
-    } catch (const std::exception& e) {
-      log_->warn("could not tell native workers to abort round {}: {}", round, e.what());
-    }
-  });
+void JobClient::abortWorkers(std::int64_t round, std::string reason, std::function<void()> done) {
+  run<bool>(
+      [this, round, reason = std::move(reason)] {
+        // Not under the job prefix: worker_runtime watches this key (abort_key.h). SET has no
+        // reply, so a PING after it confirms the server has it before the workers are signalled.
+        ops_->set(worker::abortKey(round), reason.substr(0, worker::kMaxAbortReasonBytes));
+        ops_->ping();
+        return true;
+      },
+      [this, round, done = std::move(done)](Result<bool> r) {
+        if (!r.ok()) {
+          log_->warn("could not tell native workers to abort round {}: {}", round, r.message());
+        }
+        if (done) done();
+      });
 }
 
 void JobClient::exchangeMaster(std::int64_t round, std::optional<std::string> mine,

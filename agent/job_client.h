@@ -86,7 +86,8 @@ class JobClient {
   /// Every failure recorded for `round`.
   void failures(std::int64_t round, std::function<void(Result<std::vector<std::string>>)> done);
   /// Tells native workers (worker_runtime) of `round` to abort their collectives: `reason`.
-  void abortWorkers(std::int64_t round, std::string reason);
+  /// `done` runs on the io thread once the key is set (or setting it failed).
+  void abortWorkers(std::int64_t round, std::string reason, std::function<void()> done);
   /// --no-agent-store: group rank 0 publishes "addr:port", the others read it.
   void exchangeMaster(std::int64_t round, std::optional<std::string> mine,
                       std::function<void(Result<std::string>)> done);
