@@ -99,7 +99,8 @@ TEST_CASE("a worker that fails once is restarted and the job succeeds", "[e2e]")
   }
 }
 
-TEST_CASE("--max-restarts used up: exit 1 and torch's ChildFailedError report", "[e2e]") {
+TEST_CASE("restarts used up (--max-restarts=2): exit 1 and torch's ChildFailedError report",
+          "[e2e]") {
   test::TempDir tmp;
   const auto events = tmp.path() / "events.jsonl";
   const auto w = tmp.path() / "w";
@@ -143,7 +144,7 @@ TEST_CASE("--max-restarts used up: exit 1 and torch's ChildFailedError report", 
   CHECK(report[14] == report[0]);
 }
 
-TEST_CASE("--max-restarts=0: the first failure ends the job", "[e2e]") {
+TEST_CASE("no restart allowed (--max-restarts=0): the first failure ends the job", "[e2e]") {
   test::TempDir tmp;
   const auto events = tmp.path() / "events.jsonl";
   auto run =
@@ -158,7 +159,7 @@ TEST_CASE("--max-restarts=0: the first failure ends the job", "[e2e]") {
   CHECK(report[10] == "  rank      : 0 (local_rank: 0)");
 }
 
-TEST_CASE("the report shows the worker's error file; dtrun writes its own", "[e2e]") {
+TEST_CASE("the report shows the worker's error file and dtrun writes its own", "[e2e]") {
   test::TempDir tmp;
   const auto w = tmp.path() / "w";
   const auto agentErrorFile = tmp.path() / "agent_error.json";

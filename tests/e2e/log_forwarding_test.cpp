@@ -49,7 +49,7 @@ std::vector<std::string> reportTraceback(const std::string& err) {
 
 }  // namespace
 
-TEST_CASE("-t 3: every line on the console with torchrun's prefix, and in the files",
+TEST_CASE("tee -t 3: every line on the console with torchrun's prefix, and in the files",
           "[e2e][logs]") {
   test::TempDir tmp;
   const auto logDir = tmp.path() / "logs";
@@ -69,7 +69,7 @@ TEST_CASE("-t 3: every line on the console with torchrun's prefix, and in the fi
   }
 }
 
-TEST_CASE("--tee per rank, and --role in the prefix", "[e2e][logs]") {
+TEST_CASE("tee per rank (--tee=0:1) and --role in the prefix", "[e2e][logs]") {
   test::TempDir tmp;
   auto run = runDtrun(withWorker({"--standalone", "--nproc-per-node=2", "--tee=0:1",
                                   "--role=trainer", "--log-dir", (tmp.path() / "logs").string()},
@@ -106,7 +106,8 @@ TEST_CASE("prefix templates: --log-line-prefix-template and the torchrun variabl
   }
 }
 
-TEST_CASE("--local-ranks-filter: only the chosen ranks reach the console", "[e2e][logs]") {
+TEST_CASE("local ranks filter (--local-ranks-filter): only the chosen ranks reach the console",
+          "[e2e][logs]") {
   test::TempDir tmp;
   const auto logDir = tmp.path() / "logs";
   SECTION("with tee: the files keep everything") {

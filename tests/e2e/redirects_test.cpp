@@ -24,7 +24,8 @@ fs::path runDirOf(const fs::path& logDir, const std::string& runId) {
 
 }  // namespace
 
-TEST_CASE("-r 3: both streams of every worker go to its files, not to the console", "[e2e]") {
+TEST_CASE("redirects -r 3: both streams of every worker go to its files, not to the console",
+          "[e2e]") {
   test::TempDir tmp;
   const auto logDir = tmp.path() / "logs";
   auto run = runDtrun(
@@ -46,7 +47,7 @@ TEST_CASE("-r 3: both streams of every worker go to its files, not to the consol
   CHECK(run.err.find("to stderr from") == std::string::npos);
 }
 
-TEST_CASE("-r 0:1,1:2: per-rank redirects; what is not redirected reaches the console", "[e2e]") {
+TEST_CASE("redirects -r 0:1,1:2 per rank: what is not redirected reaches the console", "[e2e]") {
   test::TempDir tmp;
   const auto logDir = tmp.path() / "logs";
   auto run = runDtrun(withWorker({"--standalone", "--nproc-per-node=2", "--redirects=0:1,1:2",
@@ -67,7 +68,7 @@ TEST_CASE("-r 0:1,1:2: per-rank redirects; what is not redirected reaches the co
   CHECK(run.err.find("err of 1") == std::string::npos);
 }
 
-TEST_CASE("-r 3 across a restart: one attempt directory per round", "[e2e]") {
+TEST_CASE("redirects -r 3 across a restart: one attempt directory per round", "[e2e]") {
   test::TempDir tmp;
   const auto logDir = tmp.path() / "logs";
   auto run = runDtrun(

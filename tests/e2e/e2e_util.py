@@ -1,0 +1,82 @@
+"""Shared helpers of the python end-to-end tests (run by /usr/bin/python3, which sees torch).
+
+Torchrun is Debian's torch 1.13 through the measurement anchor, which patches only the
+Python 3.11 parsing bug (Std.from_str) before calling torch.distributed.run.main. Its
+--standalone always uses the fixed port 29400, so tests ask for the same thing on a free port
+instead (--rdzv_backend=c10d --rdzv_endpoint=localhost:0, what newest torchrun's --standalone
+does), which lets tests run in parallel.
+"""
+import os
+import signal
+import subprocess
+import sys
+
+SKIP = 77  # ctest SKIP_RETURN_CODE
+ANCHOR = os.environ.get("DTRUN_TORCHRUN_ANCHOR", "/work/shared/bench/torchrun_anchor.py")
+
+
+def skip(why):
+    print(f"SKIP: {why}", flush=True)
+    sys.exit(SKIP)
+
+
+def require_torch_and_anchor():
+    """Exits with SKIP, saying why, unless torch imports here and the torchrun anchor exists."""
+    try:
+        import torch  # noqa: F401
+    except Exception as e:  # ImportError, or a broken install
+        skip(f"{sys.executable} cannot import torch ({e}); install python3-torch")
+    if not os.path.exists(ANCHOR):
+        skip(f"the torchrun anchor {ANCHOR} does not exist (set DTRUN_TORCHRUN_ANCHOR)")
+
+
+def torchrun_cmd():
+    return [sys.executable, ANCHOR]
+
+
+def standalone_like(run_id):
+    """Both launchers' arguments for a single-node c10d job on a free port."""
+    return ["--rdzv_backend=c10d", "--rdzv_endpoint=localhost:0", f"--rdzv_id={run_id}"]
+
+
+def run(cmd, env, cwd, timeout, log):
+    """Runs cmd to the end; returns (exit code, stdout+stderr). Output also goes to `log`.
+
+    The launcher gets a session of its own; if it outlives `timeout`, that whole process group
+    is killed (torchrun 1.13's workers share it; dtrun's die with dtrun).
+    """
+    print("$ " + " ".join(cmd), flush=True)
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            code = None
+    with open(log, "rb") as f:
+        text = f.read().decode(errors="replace")
+    if code is None:
+        raise AssertionError(f"{cmd[0]} did not finish within {timeout} s:\n{text}")
+    return code, text
+
+
+class Checker:
+    """Collects failed checks, prints each, and gives the exit code at the end."""
+
+    def __init__(self):
+        self.failures = 0
+
+    def check(self, ok, what):
+        print(("ok    " if ok else "FAIL  ") + what, flush=True)
+        if not ok:
+            self.failures += 1
+        return ok
+
+    def equal(self, actual, expected, what):
+        return self.check(actual == expected, f"{what}: {actual!r} == {expected!r}")
+
+    def exit_code(self):
+        print(f"{self.failures} check(s) failed" if self.failures else "all checks passed")
+        return 1 if self.failures else 0
