@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""Process faults for dtrun jobs: kill a worker, kill an agent, stop and continue an agent.
+
+usage:
+  scripts/fault/fault.py ps          --run-id ID
+  scripts/fault/fault.py kill-worker (--pid PID | --run-id ID (--rank R | --group-rank G --local-rank L))
+  scripts/fault/fault.py kill-agent  (--pid PID | --run-id ID --group-rank G)
+  scripts/fault/fault.py stop-agent  (--pid PID | --run-id ID --group-rank G)   # SIGSTOP: a hang
+  scripts/fault/fault.py cont-agent  (--pid PID | --run-id ID --group-rank G)   # SIGCONT
+common options: --signal NAME (kill-*: default KILL), --wait SECONDS (wait that long for the
+target to appear, default 0), --json (print one JSON object per signalled process).
+
+How targets are found (no guessing by process name, and nothing outside the job is touched):
+  * a worker is a process whose environment has TORCHELASTIC_RUN_ID=ID and that leads its own
+    process group (dtrun starts every worker so); RANK, GROUP_RANK, LOCAL_RANK and
+    TORCHELASTIC_RESTART_COUNT come from that environment; of several rounds the newest counts;
+  * an agent is the parent of a worker of that group rank. So `--group-rank` finds an agent only
+    while it runs workers; an agent that is still joining needs `--pid`.
+Only processes of the given run id are signalled, and each is named on stdout, with the time the
+signal was sent (epoch seconds): `agent (group rank 1) pid 1234 SIGKILL at 1796015441.546`.
+Exit status: 0 when something was signalled, 1 when no target was found, 2 on bad usage.
+"""
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+
+
+def _environ(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    env = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[key.decode(errors="replace")] = value.decode(errors="replace")
+    return env
+
+
+def _stat(pid):
+    """(state, ppid, pgid) of a live process, or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            line = f.read()
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses: the fields start after the last ')'.
+    fields = line[line.rfind(")") + 2:].split()
+    return fields[0], int(fields[1]), int(fields[2])
+
+
+def workers(run_id):
+    """Every live worker of the run: dicts with pid, agent (its parent), rank, local_rank,
+    group_rank, round."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        env = _environ(pid)
+        if not env or env.get("TORCHELASTIC_RUN_ID") != run_id or "RANK" not in env:
+            continue
+        st = _stat(pid)
+        if st is None or st[0] in ("Z", "X") or st[2] != pid:
+            continue  # gone, or a child of a worker (it inherited the environment)
+        try:
+            found.append({
+                "pid": pid,
+                "agent": st[1],
+                "rank": int(env["RANK"]),
+                "local_rank": int(env.get("LOCAL_RANK", "-1")),
+                "group_rank": int(env.get("GROUP_RANK", "-1")),
+                "round": int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
+            })
+        except ValueError:
+            continue
+    return found
+
+
+def _newest(candidates):
+    if not candidates:
+        return []
+    top = max(w["round"] for w in candidates)
+    return [w for w in candidates if w["round"] == top]
+
+
+def find_workers(run_id, rank=None, group_rank=None, local_rank=None):
+    ws = workers(run_id)
+    if rank is not None:
+        ws = [w for w in ws if w["rank"] == rank]
+    if group_rank is not None:
+        ws = [w for w in ws if w["group_rank"] == group_rank]
+    if local_rank is not None:
+        ws = [w for w in ws if w["local_rank"] == local_rank]
+    return _newest(ws)
+
+
+def find_agent(run_id, group_rank):
+    """The pid of the agent that runs group rank `group_rank`, or None."""
+    agents = {w["agent"] for w in find_workers(run_id, group_rank=group_rank)}
+    return agents.pop() if len(agents) == 1 else None
+
+
+def _signal_number(name):
+    name = name.upper()
+    if name.isdigit():
+        return int(name)
+    if not name.startswith("SIG"):
+        name = "SIG" + name
+    return int(getattr(signal, name))
+
+
+def send(pid, signo, what, as_json=False):
+    # The time is taken just before the signal goes: anything the target's peers log about it
+    # happens after this time.
+    now = time.time()
+    os.kill(pid, signo)
+    name = signal.Signals(signo).name
+    if as_json:
+        print(json.dumps({"target": what, "pid": pid, "signal": name, "ts": now}), flush=True)
+    else:
+        print(f"{what} pid {pid} {name} at {now:.3f}", flush=True)
+    return now
+
+
+def _poll(find, wait):
+    deadline = time.monotonic() + wait
+    while True:
+        found = find()
+        if found or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.02)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        description=__doc__[:__doc__.index("How targets")],
+        epilog=__doc__[__doc__.index("How targets"):],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    ps = sub.add_parser("ps", help="list the run's agents and workers")
+    ps.add_argument("--run-id", required=True)
+    for cmd, default, what in (("kill-worker", "KILL", "signal one worker (default SIGKILL)"),
+                               ("kill-agent", "KILL", "signal an agent (default SIGKILL)"),
+                               ("stop-agent", "STOP", "SIGSTOP an agent (it hangs)"),
+                               ("cont-agent", "CONT", "SIGCONT a stopped agent")):
+        p = sub.add_parser(cmd, help=what)
+        p.add_argument("--pid", type=int, help="the process itself")
+        p.add_argument("--run-id", help="the job's --rdzv-id")
+        p.add_argument("--group-rank", type=int, help="the node (GROUP_RANK)")
+        if cmd == "kill-worker":
+            p.add_argument("--rank", type=int, help="the worker's global RANK")
+            p.add_argument("--local-rank", type=int, help="the worker's LOCAL_RANK")
+        if cmd.startswith("kill"):
+            p.add_argument("--signal", default=default, help=f"signal name or number ({default})")
+        p.set_defaults(signal=default)
+        p.add_argument("--wait", type=float, default=0.0,
+                       help="seconds to wait for the target to appear (0)")
+        p.add_argument("--json", action="store_true", help="one JSON object per signal sent")
+    args = parser.parse_args(argv)
+
+    if args.command == "ps":
+        ws = sorted(workers(args.run_id), key=lambda w: (w["round"], w["rank"]))
+        print(f"{'agent':>8} {'group':>5} {'round':>5} {'rank':>5} {'local':>5} {'worker':>8}")
+        for w in ws:
+            print(f"{w['agent']:>8} {w['group_rank']:>5} {w['round']:>5} {w['rank']:>5} "
+                  f"{w['local_rank']:>5} {w['pid']:>8}")
+        return 0
+
+    signo = _signal_number(args.signal)
+    if args.pid is not None:
+        targets = [(args.pid, "worker" if args.command == "kill-worker" else "agent")]
+    elif args.run_id is None:
+        parser.error("give --pid, or --run-id with a rank")
+    elif args.command == "kill-worker":
+        if args.rank is None and (args.group_rank is None or args.local_rank is None):
+            parser.error("kill-worker needs --rank, or --group-rank and --local-rank")
+        found = _poll(lambda: find_workers(args.run_id, args.rank, args.group_rank,
+                                           args.local_rank), args.wait)
+        targets = [(w["pid"], f"worker rank {w['rank']} (round {w['round']})") for w in found]
+    else:
+        if args.group_rank is None:
+            parser.error(f"{args.command} needs --group-rank (or --pid)")
+        agent = _poll(lambda: find_agent(args.run_id, args.group_rank), args.wait)
+        targets = [(agent, f"agent (group rank {args.group_rank})")] if agent else []
+    if not targets:
+        print(f"fault: no target found in run {args.run_id}", file=sys.stderr)
+        return 1
+    for pid, what in targets:
+        send(pid, signo, what, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
