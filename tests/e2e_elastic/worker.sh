@@ -1,0 +1,26 @@
+#!/bin/sh
+# The worker of the elastic end-to-end tests (tests/e2e_elastic): records what dtrun gave it and
+# then does what the test asked. Environment set by the test (inherited through dtrun):
+#   E2E_DIR          the test's directory: one JSON line per worker start is appended to
+#                    $E2E_DIR/workers.jsonl; the worker exits 0 once $E2E_DIR/finish exists
+#   E2E_FAIL         "round:rank:code ..." - the worker of that round and global rank exits with
+#                    that code after E2E_FAIL_DELAY seconds (default 0.3) instead
+# One short line per write on an O_APPEND file: lines from concurrent workers never interleave.
+set -u
+printf '{"rank":%s,"local_rank":%s,"world_size":%s,"group_rank":%s,"group_world_size":%s,"local_world_size":%s,"round":%s,"max_restarts":%s,"run_id":"%s","master":"%s:%s","pid":%s,"agent":%s,"t":%s}\n' \
+  "$RANK" "$LOCAL_RANK" "$WORLD_SIZE" "$GROUP_RANK" "$GROUP_WORLD_SIZE" "$LOCAL_WORLD_SIZE" \
+  "$TORCHELASTIC_RESTART_COUNT" "$TORCHELASTIC_MAX_RESTARTS" "$TORCHELASTIC_RUN_ID" \
+  "$MASTER_ADDR" "$MASTER_PORT" "$$" "$PPID" "$(date +%s.%N)" >>"$E2E_DIR/workers.jsonl"
+for spec in ${E2E_FAIL:-}; do
+  round=${spec%%:*}
+  rest=${spec#*:}
+  rank=${rest%%:*}
+  code=${rest#*:}
+  if [ "$round" = "$TORCHELASTIC_RESTART_COUNT" ] && [ "$rank" = "$RANK" ]; then
+    sleep "${E2E_FAIL_DELAY:-0.3}"
+    echo "worker rank $RANK of round $round: failing with exit code $code as asked" >&2
+    exit "$code"
+  fi
+done
+while [ ! -e "$E2E_DIR/finish" ]; do sleep 0.1; done
+exit 0
