@@ -614,6 +614,8 @@ void Agent::onSignal(int signo) {
     return;
   }
   shuttingDown_ = true;
+  // Workers dying of the signal we forward are not failures: leave the running state first.
+  if (state_ == State::kRunning || state_ == State::kDoneWaiting) transition(State::kStopping);
   log_->warn("agent: received {} death signal, shutting down workers", signalName(signo));
   events_.record("shutdown", {{"reason", "signal"}, {"signal", signo}});
   // The rendezvous stays open: our connection closing tells the other nodes we left.

@@ -77,6 +77,7 @@ struct WorkerProcess::State {
   ExitHandler onExit;
   boost::asio::steady_timer killTimer;
   std::vector<std::function<void()>> stopWaiters;
+  bool stopping = false;
 
   void exited(ExitStatus status) {
     exit = status;
@@ -172,6 +173,10 @@ void WorkerProcess::stop(int first, std::chrono::milliseconds grace, std::functi
     return;
   }
   if (done) state_->stopWaiters.push_back(std::move(done));
+  // A stop already under way keeps its signal and its deadline: a second SIGTERM would reach a
+  // worker that is busy shutting down, and a new timer would stretch its grace.
+  if (state_->stopping) return;
+  state_->stopping = true;
   signalGroup(first);
   state_->killTimer.expires_after(grace);
   state_->killTimer.async_wait([st = state_](boost::system::error_code ec) {

@@ -67,7 +67,8 @@ class WorkerProcess {
   /// Sends `signo` to the worker's whole process group (no-op once it exited).
   void signalGroup(int signo);
   /// Sends `first` to the group now and SIGKILL after `grace` if the worker is still running;
-  /// `done` runs on the io thread once it has exited (at once if it already has).
+  /// `done` runs on the io thread once it has exited (at once if it already has). A second
+  /// stop() while one is under way only adds `done`.
   void stop(int first, std::chrono::milliseconds grace, std::function<void()> done);
 
  private:
