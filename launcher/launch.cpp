@@ -15,6 +15,7 @@
 #include "agent/agent.h"
 #include "agent/job_client.h"
 #include "launcher/cli.h"
+#include "launcher/endpoint_check.h"
 #include "launcher/logging.h"
 #include "rendezvous/error.h"
 #include "rendezvous/store_server.h"
@@ -127,6 +128,8 @@ int runLaunch(const agent::LaunchConfig& config) {
   auto storeLog = makeLogger("store", config.logLevel);
   for (const auto& w : config.warnings) agentLog->warn("{}", w);
   if (config.ompNumThreadsSet) agentLog->warn("{}", kOmpNumThreadsNotice);
+  // Issue 6: before joining, warn when the endpoint is loopback for a multi-host job.
+  warnIfEndpointIsLoopback(config, *agentLog);
 
   const auto& rdzv = config.rdzv;
   const bool isStatic = rdzv.backend == "static";

@@ -10,6 +10,7 @@
 
 #include "launcher/cli.h"
 #include "launcher/launch.h"
+#include "launcher/slurm.h"
 #include "launcher/store_command.h"
 
 extern char** environ;
@@ -26,9 +27,11 @@ int main(int argc, char** argv) {
     if (eq) env.emplace(std::string(*e, static_cast<std::size_t>(eq - *e)), std::string(eq + 1));
   }
   dtrun::agent::LaunchConfig config;
+  const std::vector<std::string> args(argv + 1, argv + argc);
   try {
-    config =
-        dtrun::launcher::parseCommandLine(std::vector<std::string>(argv + 1, argv + argc), env);
+    // Slurm (issue 6): under srun, PET_* defaults for what args and env leave out (slurm.h).
+    dtrun::launcher::applySlurmDefaults(args, env);
+    config = dtrun::launcher::parseCommandLine(args, env);
   } catch (const dtrun::launcher::HelpRequested& help) {
     std::fputs(help.text().c_str(), stdout);
     return 0;
