@@ -17,6 +17,7 @@
 //   onsig=SIG      sig.R.L      the handler appends "<signo>\n", then dies by that signal
 //   ignore=SIG                  SIG_IGN
 //   mark=NAME      NAME.R.L     an empty file
+//   stamp=NAME     NAME.R.L     the wall clock now, in nanoseconds since the epoch
 //   wait=NAME                   blocks until $E2E_DIR/NAME exists
 //   sleep                       blocks until a signal ends the process
 //   exit=N                      exit(N)
@@ -276,6 +277,11 @@ void runStep(const std::string& action, const std::string& value, int argc, char
     install(parseSignal(value), onFatal);
   } else if (action == "ignore") {
     ::signal(parseSignal(value), SIG_IGN);
+  } else if (action == "stamp") {
+    timespec now{};
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    writeFile(fileFor(value),
+              std::to_string(static_cast<long long>(now.tv_sec) * 1'000'000'000LL + now.tv_nsec));
   } else if (action == "mark") {
     writeFile(fileFor(value), "");
   } else if (action == "wait") {
