@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 
+sys.dont_write_bytecode = True  # keep the source tree clean of __pycache__
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from interop_util import Checks, poll_until, require_torch, run_probe  # noqa: E402
 
