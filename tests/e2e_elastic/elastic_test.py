@@ -439,6 +439,31 @@ def rounds_agree_through_changes(job):
     _all_exit(job, [a for a in agents if a is not victim] + [newcomer], 0)
 
 
+def many_restarts_report_true_exit_codes(job):
+    """2 agents x 2 workers through 20 failure restarts (--max-restarts 20): in round r the
+    worker of rank r % 4 exits 3, the others are stopped (SIGTERM) or, in the last round, exit 0.
+    Every exit the agents record must be one of those: a worker's exit status is never lost or
+    invented (e.g. 255), and the job succeeds in round 20."""
+    rounds = 20
+    job.start_store()
+    fail = {"E2E_FAIL": " ".join(f"{r}:{r % 4}:3" for r in range(rounds)),
+            "E2E_FAIL_DELAY": "0.05"}
+    agents = [job.start_agent(2, extra=["--max-restarts", str(rounds)], env=fail)
+              for _ in range(2)]
+    check_round(job.wait_round(rounds, 4, timeout=60), rounds, nodes=2, world=4)
+    job.finish()
+    for a in agents:
+        a.wait(EXIT_BOUND_S)
+    wrong = [e for a in agents for e in a.events("worker_exited")
+             if not (e["signal"] == signal.SIGTERM
+                     or (e["exit_code"] == 3 and e["rank"] == e["round"] % 4)
+                     or (e["exit_code"] == 0 and e["round"] == rounds))]
+    check(not wrong, f"{len(wrong)} worker exits recorded wrongly, e.g. {wrong[:3]}")
+    for r in range(rounds + 1):
+        check_round(job.records(), r, nodes=2, world=4)
+    _all_exit(job, agents, 0)
+
+
 CASES = {f.__name__: f for f in [
     worker_failure_restarts_everywhere,
     max_restarts_exhausted_job_wide,
@@ -452,6 +477,7 @@ CASES = {f.__name__: f for f in [
     store_host_stopped,
     standalone_store_killed,
     rounds_agree_through_changes,
+    many_restarts_report_true_exit_codes,
     node_partitioned,
     static_backend_three_nodes,
     static_backend_node_replaced,
