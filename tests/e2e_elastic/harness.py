@@ -136,10 +136,12 @@ class Agent:
 
 
 class Job:
-    def __init__(self, name, dtrun):
+    def __init__(self, name, dtrun, directory=None):
+        """`directory`: an existing directory to use (and leave) instead of a fresh one."""
         self.name = name
         self.dtrun = str(dtrun)
-        self.dir = Path(tempfile.mkdtemp(prefix=f"dtrun-e2e-{name}-"))
+        self.own_dir = directory is None
+        self.dir = Path(directory) if directory else Path(tempfile.mkdtemp(prefix=f"dtrun-e2e-{name}-"))
         self.run_id = f"{name}-{uuid.uuid4().hex[:10]}"
         self.records_path = self.dir / "workers.jsonl"
         self.agents = []
@@ -165,9 +167,9 @@ class Job:
         return self.store_addr
 
     def start_agent(self, nnodes, nproc=2, endpoint=None, conf=None, extra=(), env=None,
-                    netns_node=None):
-        """One dtrun agent running worker.sh. `conf`: --rdzv-conf entries; `env`: added to
-        the environment (E2E_FAIL...)."""
+                    netns_node=None, program=None):
+        """One dtrun agent running `program` (argv, run with --no-python; default worker.sh).
+        `conf`: --rdzv-conf entries; `env`: added to the environment (E2E_FAIL...)."""
         conf = dict({"join_timeout": 30, "keep_alive_interval": 0.2, "keep_alive_max_attempt": 3,
                      "last_call_timeout": 1, "close_timeout": 5}, **(conf or {}))
         endpoint = endpoint or self.store_addr
@@ -178,7 +180,7 @@ class Job:
                 "--event-log", str(self.dir / f"agent{len(self.agents)}.events.jsonl")]
         if endpoint:
             argv += ["--rdzv-endpoint", endpoint]
-        argv += list(extra) + ["--no-python", str(WORKER)]
+        argv += list(extra) + ["--no-python"] + list(program or [str(WORKER)])
         if netns_node is not None:
             argv = [sys.executable, str(NETNS), "exec", "--name", self.netns_name,
                     "--node", str(netns_node), "--"] + argv
@@ -230,6 +232,8 @@ class Job:
             self.store_proc.wait()
         if self.netns_name:
             subprocess.run([sys.executable, str(NETNS), "teardown", "--name", self.netns_name])
+        if not self.own_dir:
+            return
         if self.keep or os.environ.get("E2E_KEEP"):
             log(f"kept {self.dir}")
         else:
