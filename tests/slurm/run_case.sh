@@ -241,6 +241,10 @@ case_usr1_requeue() {
   [ "$(field "$JID" Restarts)" = 1 ] || fail "Restarts=$(field "$JID" Restarts), expected 1"
   [ -f "$CKPT_DIR/PREEMPTED" ] && fail "PREEMPTED left behind"
   grep -q "requeueing job $JID" "$W/job.out" || fail "the batch script did not requeue"
+  # Both agents forwarded it (Slurm signals every process of the step, so the workers also get
+  # it directly; either way each acts once) and kept running until the workers exited.
+  [ "$(grep -c "forwarding signal SIGUSR1 to the workers" "$W/job.out")" -ge 2 ] ||
+    fail "expected both dtrun agents to forward SIGUSR1"
   check_progress "$CKPT_DIR" \
     's = ev("signal", slurm_restart_count=0); assert sorted({e["rank"] for e in s}) == [0, 1], s' \
     'assert all(e["signal"] == "SIGUSR1" for e in s), s' \
