@@ -368,7 +368,9 @@ SlurmDerivation deriveSlurmDefaults(const Env& env, const agent::LaunchConfig& p
     const char* tasksVar =
         env.count("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS";
     auto tasks = number(get(env, {tasksVar}));
-    if (tasks && *tasks >= 1 && *tasks <= (1u << 24)) {
+    if (tasks && *tasks == 1) {
+      maxNodes = 1;  // dtrun's default already: nothing to set or to say
+    } else if (tasks && *tasks > 1 && *tasks <= (1u << 24)) {
       maxNodes = static_cast<int>(*tasks);
       d.variables["PET_NNODES"] = std::to_string(*tasks);
       parts.push_back("--nnodes " + std::to_string(*tasks) + " (" + tasksVar + ")");

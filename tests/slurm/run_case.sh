@@ -30,6 +30,9 @@ PY=${3:?}
 SRC=${4:?}
 PROBE=${5:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
+# Run inside a Slurm job (a CI runner on a cluster), the outer job's variables would leak into
+# the jobs of the test cluster through sbatch --export=ALL.
+while read -r v; do unset "$v"; done < <(compgen -e | grep '^SLURM_')
 W=$(mktemp -d "${TMPDIR:-/tmp}/dtrun-slurm.XXXXXX")
 D=$W/cluster
 CLUSTER_STARTED=
