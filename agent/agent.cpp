@@ -191,11 +191,7 @@ void Agent::onJoined(const rendezvous::RoundInfo& round) {
   // torchrun 1.13's way: group rank 0 picks a free port on its host and its rank 0 worker
   // serves the TCPStore there.
   std::optional<std::string> mine;
-  if (round.groupRank == 0) {
-    std::string addr = round.nodes.empty() || round.nodes[0].addr.empty() ? context_.hostname
-                                                                          : round.nodes[0].addr;
-    mine = addr + ":" + std::to_string(pickFreePort());
-  }
+  if (round.groupRank == 0) mine = context_.localAddr + ":" + std::to_string(pickFreePort());
   job_.exchangeMaster(round.round, mine, [this](Result<std::string> r) {
     if (state_ != State::kJoining) return;
     if (!r.ok()) {
@@ -314,7 +310,7 @@ std::vector<std::string> Agent::workerEnv(int localRank, const std::string& mast
   // Role ranks: the prefix sum over nodes of the same role, in group rank order.
   int roleRank = rank;
   int roleWorldSize = round_.worldSize;
-  bool allKnown = !round_.nodes.empty();
+  bool allKnown = round_.mixedRoles && !round_.nodes.empty();
   for (const auto& n : round_.nodes) allKnown = allKnown && n.pid != 0;
   if (allKnown) {
     roleRank = localRank;
@@ -400,7 +396,7 @@ void Agent::onWorkerExit(int localRank, ExitStatus status) {
     log_->info("agent: [{}] local worker group finished (SUCCEEDED); waiting for the other nodes",
                config_.role);
     transition(State::kDoneWaiting);
-    job_.markDone(round_.round, [this](Result<std::int64_t> r) {
+    job_.markDone(round_.round, round_.groupWorldSize, [this](Result<std::int64_t> r) {
       if (!r.ok()) log_->warn("could not report success: {}", r.message());
     });
     return;
@@ -628,6 +624,8 @@ void Agent::onStoreLost(const std::string& why) {
   log_->error("agent: lost the rendezvous store at {}: {}", job_.storeAddress(), why);
   events_.record("shutdown", {{"reason", "store_lost"}, {"error", why}});
   shuttingDown_ = true;
+  // The workers we stop now are not failures.
+  if (state_ == State::kRunning || state_ == State::kDoneWaiting) transition(State::kStopping);
   job_.close();
   stopWorkers(SIGTERM, [this] { finish(1); });
 }

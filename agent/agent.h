@@ -38,6 +38,7 @@ namespace dtrun::agent {
 /// What the launcher worked out before the agent starts.
 struct AgentContext {
   std::string hostname;    ///< this node's name in reports (torch: socket.getfqdn())
+  std::string localAddr;   ///< how other nodes reach this one (--local-addr, else hostname)
   std::string masterAddr;  ///< agent-store mode: where workers find the store
   std::uint16_t masterPort = 0;
   bool hostsStore = false;             ///< this process serves the store: it leaves last

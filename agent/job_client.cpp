@@ -167,8 +167,11 @@ void JobClient::advance(std::int64_t round, std::function<void(Result<bool>)> do
       std::move(done));
 }
 
-void JobClient::markDone(std::int64_t round, std::function<void(Result<std::int64_t>)> done) {
-  run<std::int64_t>([this, round] { return rdzv_->markDone(round); }, std::move(done));
+void JobClient::markDone(std::int64_t round, int groupWorldSize,
+                         std::function<void(Result<std::int64_t>)> done) {
+  run<std::int64_t>(
+      [this, round, groupWorldSize] { return rdzv_->markDone(round, groupWorldSize); },
+      std::move(done));
 }
 
 void JobClient::failures(std::int64_t round,

@@ -81,8 +81,9 @@ class JobClient {
                      std::function<void(Result<bool>)> done);
   /// Ends `round` because membership changed (not counted as a failure).
   void advance(std::int64_t round, std::function<void(Result<bool>)> done);
-  /// This node's workers all succeeded in `round`.
-  void markDone(std::int64_t round, std::function<void(Result<std::int64_t>)> done);
+  /// This node's workers all succeeded in `round` of `groupWorldSize` nodes.
+  void markDone(std::int64_t round, int groupWorldSize,
+                std::function<void(Result<std::int64_t>)> done);
   /// Every failure recorded for `round`.
   void failures(std::int64_t round, std::function<void(Result<std::vector<std::string>>)> done);
   /// Tells native workers (worker_runtime) of `round` to abort their collectives: `reason`.

@@ -3,10 +3,13 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
 #include <boost/process/v2/environment.hpp>
 // Boost 1.81's header-only mode leaves process_environment::on_setup undefined; its definition
 // lives here (inline in header-only mode).
@@ -66,11 +69,19 @@ struct Fence {
 
 }  // namespace
 
-struct WorkerProcess::State {
+// The exit is watched here rather than with bp::process::async_wait. Boost 1.81's wait does a
+// blocking waitpid() once the pidfd looks readable, and epoll can report a stale readiness for a
+// reused descriptor number (a closed pidfd still open in a child mid-fork): the agent's only
+// thread then blocked until the worker really exited, and an interrupting SIGCHLD turned a clean
+// exit into an error. Here readiness is only a hint: waitpid(WNOHANG) decides, and a worker that
+// has not exited is simply watched again. Kernels without pidfd_open (< 5.3) fall back to SIGCHLD.
+struct WorkerProcess::State : std::enable_shared_from_this<WorkerProcess::State> {
   explicit State(boost::asio::io_context& io) : io(io), killTimer(io) {}
 
   boost::asio::io_context& io;
-  std::optional<bp::process> proc;
+  bool spawned = false;
+  std::optional<boost::asio::posix::stream_descriptor> pidfd;
+  std::optional<boost::asio::signal_set> sigchld;
   int pid = 0;
   std::optional<ExitStatus> exit;
   std::string execError;
@@ -78,6 +89,37 @@ struct WorkerProcess::State {
   boost::asio::steady_timer killTimer;
   std::vector<std::function<void()>> stopWaiters;
   bool stopping = false;
+
+  void watch() {
+    if (exit) return;
+    auto self = shared_from_this();
+    if (pidfd) {
+      pidfd->async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                        [self](boost::system::error_code ec) {
+                          if (ec != boost::asio::error::operation_aborted) self->poll();
+                        });
+    } else {
+      sigchld->async_wait([self](boost::system::error_code ec, int) {
+        if (ec != boost::asio::error::operation_aborted) self->poll();
+      });
+    }
+  }
+
+  void poll() {
+    if (exit) return;
+    int status = 0;
+    pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) {
+      exited(ExitStatus::fromWaitStatus(status));
+    } else if (r == 0 || (r < 0 && errno == EINTR)) {
+      watch();  // not yet: a spurious wake-up, or another child's SIGCHLD
+    } else {
+      // ECHILD: somebody else reaped it. Say so rather than hang the group.
+      ExitStatus unknown;
+      unknown.code = 255;
+      exited(unknown);
+    }
+  }
 
   void exited(ExitStatus status) {
     exit = status;
@@ -129,27 +171,35 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
     return;
   }
   state_->pid = proc.id();
-  state_->proc.emplace(std::move(proc));
-  state_->proc->async_wait([st = state_](bp::error_code e, int) {
-    ExitStatus s;
-    if (e) {
-      // The pidfd wait failed (should not happen); report it rather than hang the group.
-      s.code = 255;
-    } else {
-      s = ExitStatus::fromWaitStatus(st->proc->native_exit_code());
-    }
-    st->exited(s);
-  });
+  state_->spawned = true;
+  proc.detach();  // from here on this class waits for, signals and reaps the worker
+  int fd = static_cast<int>(::syscall(SYS_pidfd_open, state_->pid, 0));
+  if (fd >= 0) {
+    state_->pidfd.emplace(io, fd);
+  } else {
+    state_->sigchld.emplace(io, SIGCHLD);
+  }
+  // It may have exited already; poll from the io thread, never from inside this constructor
+  // (the exit handler must see the WorkerProcess fully built and owned).
+  boost::asio::post(io, [st = state_] { st->poll(); });
 }
 
 WorkerProcess::~WorkerProcess() {
   if (!state_) return;
   state_->onExit = nullptr;
-  if (state_->proc && !state_->exit) {
+  state_->stopWaiters.clear();
+  if (state_->spawned && !state_->exit) {
+    // Last resort (the agent stops workers explicitly before this): kill and reap, so that no
+    // zombie is left and the pid is not signalled again after it could be reused.
     ::kill(-state_->pid, SIGKILL);
-    // bp::process's destructor then reaps it (terminate_if_running waits for the pid).
+    ::kill(state_->pid, SIGKILL);
+    while (::waitpid(state_->pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    state_->exit = ExitStatus{0, SIGKILL};
   }
   state_->killTimer.cancel();
+  if (state_->pidfd) state_->pidfd->close();
+  if (state_->sigchld) state_->sigchld->cancel();
 }
 
 int WorkerProcess::pid() const { return state_->pid; }

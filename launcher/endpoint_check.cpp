@@ -13,6 +13,8 @@ namespace {
 
 using Env = std::map<std::string, std::string>;
 
+}  // namespace
+
 bool isLoopbackAddress(const std::string& addr) {
   in_addr v4{};
   if (::inet_pton(AF_INET, addr.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
@@ -23,6 +25,8 @@ bool isLoopbackAddress(const std::string& addr) {
   }
   return false;
 }
+
+namespace {
 
 std::optional<int> positive(const Env& env, const char* name) {
   auto it = env.find(name);
@@ -39,8 +43,7 @@ std::optional<int> positive(const Env& env, const char* name) {
 
 std::string rendezvousHost(const agent::LaunchConfig& config) {
   const auto& r = config.rdzv;
-  std::string host = r.backend == "static" ? r.masterAddr : r.host;
-  return host.empty() ? "localhost" : host;
+  return r.host.empty() ? "localhost" : r.host;
 }
 
 std::optional<int> slurmHostCount(const Env& env) {

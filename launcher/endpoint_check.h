@@ -37,6 +37,9 @@ std::optional<int> slurmHostCount(const std::map<std::string, std::string>& env)
 std::optional<std::string> loopbackEndpointWarning(const agent::LaunchConfig& config,
                                                    const std::vector<std::string>& addresses);
 
+/// True for 127.0.0.0/8, ::1 and IPv4 loopback mapped into IPv6 (textual addresses). Pure.
+bool isLoopbackAddress(const std::string& addr);
+
 /// Every address `host` resolves to on this machine, as text (empty when it does not resolve).
 /// Blocks on the resolver (DNS).
 std::vector<std::string> resolveHost(const std::string& host);

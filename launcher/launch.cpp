@@ -29,26 +29,6 @@ std::string hostName() {
   return buf;
 }
 
-// Every address `host` resolves to, as text.
-std::set<std::string> resolve(const std::string& host) {
-  std::set<std::string> out;
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return out;
-  for (addrinfo* ai = res; ai; ai = ai->ai_next) {
-    char text[INET6_ADDRSTRLEN] = {};
-    const void* a =
-        ai->ai_family == AF_INET
-            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(ai->ai_addr)->sin_addr)
-            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(ai->ai_addr)->sin6_addr);
-    if (::inet_ntop(ai->ai_family, a, text, sizeof(text))) out.insert(text);
-  }
-  ::freeaddrinfo(res);
-  return out;
-}
-
 std::set<std::string> localAddresses() {
   std::set<std::string> out;
   ifaddrs* ifs = nullptr;
@@ -66,14 +46,6 @@ std::set<std::string> localAddresses() {
   }
   ::freeifaddrs(ifs);
   return out;
-}
-
-bool isLoopback(const std::string& addr) {
-  in_addr v4{};
-  if (::inet_pton(AF_INET, addr.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
-  in6_addr v6{};
-  if (::inet_pton(AF_INET6, addr.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
-  return false;
 }
 
 // The store server on a thread of its own, for as long as this object lives.
@@ -110,12 +82,12 @@ std::string fullyQualifiedHostName() {
 }
 
 bool matchesThisMachine(const std::string& host) {
-  if (host == "localhost" || isLoopback(host)) return true;
+  if (host == "localhost" || isLoopbackAddress(host)) return true;
   const std::string name = hostName();
   if (host == name || host == fullyQualifiedHostName()) return true;
   const auto mine = localAddresses();
-  for (const auto& addr : resolve(host)) {
-    if (isLoopback(addr) || mine.count(addr)) return true;
+  for (const auto& addr : resolveHost(host)) {
+    if (isLoopbackAddress(addr) || mine.count(addr)) return true;
   }
   return false;
 }
@@ -133,9 +105,10 @@ int runLaunch(const agent::LaunchConfig& config) {
 
   const auto& rdzv = config.rdzv;
   const bool isStatic = rdzv.backend == "static";
-  std::string storeHost = isStatic ? rdzv.masterAddr : rdzv.host;
-  std::uint16_t storePort = isStatic ? rdzv.masterPort.value_or(29500) : rdzv.port;
-  if (storeHost.empty()) storeHost = "localhost";
+  // The CLI resolved the endpoint for both backends (static: --rdzv-endpoint, else
+  // --master-addr:--master-port, as torchrun's get_rdzv_endpoint).
+  std::string storeHost = rendezvousHost(config);
+  std::uint16_t storePort = rdzv.port;
 
   // Who serves the store: --standalone always; static: node rank 0; c10d: the agent whose
   // machine the endpoint names (or is_host), and of several agents there the first to bind.
@@ -183,6 +156,7 @@ int runLaunch(const agent::LaunchConfig& config) {
 
   agent::AgentContext context;
   context.hostname = jc.me.host;
+  context.localAddr = jc.me.addr;
   context.hostsStore = hosted != nullptr;
   context.masterAddr = config.standalone ? "127.0.0.1" : storeHost;
   context.masterPort = storePort;

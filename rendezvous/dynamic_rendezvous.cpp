@@ -28,6 +28,8 @@ namespace {
 // Waits are cut into slices so that cancellation, progress lines and the last-call deadline are
 // looked at regularly; a slice ends early whenever the awaited key appears.
 constexpr milliseconds kSlice(1000);
+// How long a member's description may lag behind its join.
+constexpr milliseconds kNodeInfoTimeout(10000);
 
 milliseconds until(Clock::time_point t) {
   return std::max(milliseconds(1), std::chrono::ceil<milliseconds>(t - Clock::now()));
@@ -95,6 +97,12 @@ DynamicRendezvous::Outcome DynamicRendezvous::joinRound(std::int64_t round,
   const std::string closedKey = roundKey(round, "closed");
   // Register first, so that a node which dies right after its ADD is never a silent member.
   if (registerMember_) registerMember_(round);
+  // Roles, before the ADD: every member has done this by the time the round closes, so after
+  // the close one CHECK says whether all nodes share a role (the usual case, where role ranks
+  // are global ranks) without reading every node's description.
+  if (store_->compareSet(roundKey(round, "role"), "", me_.role) != me_.role) {
+    store_->set(roundKey(round, "mixed_roles"), "1");
+  }
   const std::int64_t mine = store_->add(joinKey, packJoin(1, me_.nproc));
   const int index = joinedNodes(mine) - 1;
   const int offset = joinedProcs(mine) - me_.nproc;
@@ -162,18 +170,22 @@ DynamicRendezvous::Outcome DynamicRendezvous::joinRound(std::int64_t round,
   info->groupWorldSize = joinedNodes(closed);
   info->rankOffset = offset;
   info->worldSize = joinedProcs(closed);
+  info->mixedRoles = store_->check({roundKey(round, "mixed_roles")});
   if (settings_.fixedRank) {
     // Arrival order is not rank order: every node's size is needed for the offsets.
-    info->nodes = nodesOf(round, info->groupWorldSize);
+    info->nodes = nodesOf(round, info->groupWorldSize, settings_.joinTimeout);
     info->rankOffset = 0;
     for (int r = 0; r < groupRank; ++r) info->rankOffset += info->nodes[r].nproc;
-  } else {
-    info->nodes.resize(info->groupWorldSize);
-    for (int r = 0; r < info->groupWorldSize; ++r) {
-      const std::string key = roundKey(round, "node/" + std::to_string(r));
-      if (store_->check({key})) {
-        info->nodes[r] = nlohmann::json::parse(store_->get(key, kSlice)).get<NodeInfo>();
-      }
+  } else if (info->mixedRoles) {
+    // Rare: role ranks need every node's role and size. One MULTI_GET; a node that died
+    // between its ADD and its description leaves the list empty (the round restarts anyway).
+    try {
+      info->nodes = nodesOf(round, info->groupWorldSize, kNodeInfoTimeout);
+    } catch (const TimeoutError&) {
+      log_->warn(
+          "rendezvous: round {}: some node descriptions are missing; role ranks fall back "
+          "to global ranks",
+          round);
     }
   }
   log_->info("rendezvous: round {} complete: group rank {} of {}, ranks {}..{} of {}", round,
@@ -182,11 +194,12 @@ DynamicRendezvous::Outcome DynamicRendezvous::joinRound(std::int64_t round,
   return Outcome::kJoined;
 }
 
-std::vector<NodeInfo> DynamicRendezvous::nodesOf(std::int64_t round, int count) {
+std::vector<NodeInfo> DynamicRendezvous::nodesOf(std::int64_t round, int count,
+                                                 milliseconds timeout) {
   std::vector<std::string> keys;
   for (int r = 0; r < count; ++r) keys.push_back(roundKey(round, "node/" + std::to_string(r)));
   std::vector<NodeInfo> nodes;
-  for (const auto& v : store_->multiGet(keys, settings_.joinTimeout)) {
+  for (const auto& v : store_->multiGet(keys, timeout)) {
     nodes.push_back(nlohmann::json::parse(v).get<NodeInfo>());
   }
   return nodes;
@@ -291,9 +304,10 @@ std::vector<std::string> DynamicRendezvous::failures(std::int64_t round) {
   return out;
 }
 
-std::int64_t DynamicRendezvous::markDone(std::int64_t round) {
+std::int64_t DynamicRendezvous::markDone(std::int64_t round, int groupWorldSize) {
   std::int64_t done = store_->add(roundKey(round, "done"), 1);
-  store_->add(epochKey(), 1);
+  // Only the last one wakes everybody: N nodes finishing must not cost N x N state reads.
+  if (done >= groupWorldSize) store_->add(epochKey(), 1);
   return done;
 }
 

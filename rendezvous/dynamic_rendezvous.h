@@ -12,6 +12,7 @@
 //   final              set once the job has failed for good (JSON)
 //   r<R>/join          packed join counter          r<R>/closed    packed counter at close
 //   r<R>/expect        nodes expected in round R    r<R>/node/<i>  NodeInfo JSON of rank i
+//   r<R>/role          the first joiner's role      r<R>/mixed_roles  set when roles differ
 //   r<R>/gone          members whose connection closed (ADD_ON_CLOSE by the TCP layer)
 //   r<R>/waiting       nodes that came too late for R
 //   r<R>/advance       first ADD wins the right to open R+1     r<R+1>/opened  R+1 is open
@@ -66,7 +67,10 @@ struct RoundInfo {
   int groupWorldSize = 1;
   int rankOffset = 0;  ///< global rank of local rank 0
   int worldSize = 1;
-  std::vector<NodeInfo> nodes;  ///< indexed by group rank (entries of dead nodes may be empty)
+  bool mixedRoles = false;  ///< the nodes of this round do not all share one --role
+  /// Every node's description by group rank: filled for static rounds and when roles are mixed
+  /// (reading them is O(N) per node, which the usual round does without).
+  std::vector<NodeInfo> nodes;
 };
 
 /// A snapshot of the job, read when the epoch changes.
@@ -111,8 +115,9 @@ class DynamicRendezvous {
   /// Every failure recorded for `round`, oldest first.
   std::vector<std::string> failures(std::int64_t round);
 
-  /// This node's workers all succeeded in `round`; returns how many nodes have so far.
-  std::int64_t markDone(std::int64_t round);
+  /// This node's workers all succeeded in `round` (of `groupWorldSize` nodes); returns how many
+  /// nodes have so far. The last one bumps the epoch.
+  std::int64_t markDone(std::int64_t round, int groupWorldSize);
 
   /// The key watchers WAIT_CHANGE on, and the key of a round's gone-counter.
   static std::string epochKey() { return "epoch"; }
@@ -131,7 +136,7 @@ class DynamicRendezvous {
   Outcome joinRound(std::int64_t round, std::chrono::steady_clock::time_point deadline,
                     RoundInfo* info);
   void waitForRound(std::int64_t round, std::chrono::steady_clock::time_point deadline);
-  std::vector<NodeInfo> nodesOf(std::int64_t round, int count);
+  std::vector<NodeInfo> nodesOf(std::int64_t round, int count, std::chrono::milliseconds timeout);
   std::int64_t counter(const std::string& key) { return store_->add(key, 0); }
   void checkCancelled();
   [[noreturn]] void timedOut(std::int64_t round, int joined);
