@@ -107,11 +107,28 @@ void JobClient::heartbeatLoop() {
     try {
       membership_->ping();
     } catch (const std::exception& e) {
-      lost(std::string("heartbeat failed: ") + e.what());
+      lost(classifyHeartbeatFailure(e.what()));
       return;
     }
     lock.lock();
   }
+}
+
+std::string JobClient::classifyHeartbeatFailure(const std::string& error) {
+  // The membership connection is gone. Either the store is, or the store dropped this agent for
+  // silence (it was stopped, or cut off, for longer than its lease): a fresh connection tells.
+  TcpStoreOptions probe = options_.store;
+  probe.connectTimeout = options_.heartbeatTimeout;
+  probe.timeout = options_.heartbeatTimeout;
+  try {
+    TcpStore(probe).ping();
+  } catch (const std::exception&) {
+    return "heartbeat failed and the store does not answer: " + error;
+  }
+  return "the store dropped this agent after more than " +
+         std::to_string((options_.keepAliveInterval * options_.keepAliveMaxAttempt).count()) +
+         " ms without a heartbeat (was it stopped or cut off?); the other nodes have gone on "
+         "without it";
 }
 
 void JobClient::watchLoop() {

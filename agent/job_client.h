@@ -113,6 +113,8 @@ class JobClient {
   void heartbeatLoop();
   void watchLoop();
   void lost(const std::string& why);
+  /// Why the heartbeat failed: the store is gone, or it dropped this agent. Heartbeat thread.
+  std::string classifyHeartbeatFailure(const std::string& error);
 
   boost::asio::io_context& io_;
   JobClientOptions options_;

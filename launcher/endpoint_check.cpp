@@ -96,6 +96,9 @@ std::optional<std::string> loopbackEndpointWarning(const agent::LaunchConfig& co
            "dtrun's own choice is the first node's name, or its NodeAddr when the name does not "
            "resolve (see scontrol show node)";
   }
+  // Outside Slurm nothing says how many hosts the job spans. A literal loopback address or
+  // "localhost" means "this machine" on purpose; a name that resolves to loopback is the trap.
+  if (host == "localhost" || isLoopbackAddress(host)) return std::nullopt;
   return what + " and " + agents +
          ": fine when every agent runs on this machine, but agents on other machines cannot "
          "reach a loopback address, and one whose resolver maps the name to itself starts a "

@@ -32,8 +32,8 @@ std::optional<int> slurmHostCount(const std::map<std::string, std::string>& env)
 
 /// The warning for `config` when its rendezvous host, which resolved to `addresses` on this
 /// host, is loopback while the job spans several hosts; nullopt otherwise (also with
-/// --standalone, with --nnodes max 1, and when `addresses` is empty). Reads the launcher's
-/// environment from config.baseEnv. Pure.
+/// --standalone, with --nnodes max 1, when `addresses` is empty, and outside Slurm when the host
+/// is itself "localhost" or a loopback address). Reads config.baseEnv. Pure.
 std::optional<std::string> loopbackEndpointWarning(const agent::LaunchConfig& config,
                                                    const std::vector<std::string>& addresses);
 

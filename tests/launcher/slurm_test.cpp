@@ -443,11 +443,12 @@ TEST_CASE("endpoint check: loopback with several hosts warns, otherwise quiet",
   const std::vector<std::string> lo6{"::1"};
   const std::vector<std::string> lan{"10.0.0.5"};
 
-  // Outside Slurm: several agents allowed and a loopback endpoint.
-  auto multi = config({"--nnodes=2", "--rdzv-endpoint=localhost:29400", "t.py"});
+  // Outside Slurm: several agents allowed and a host name that resolves to loopback (Debian's
+  // 127.0.1.1 line for the machine's own name is the classic trap).
+  auto multi = config({"--nnodes=2", "--rdzv-endpoint=headnode:29400", "t.py"});
   auto w = loopbackEndpointWarning(multi, lo);
   REQUIRE(w);
-  CHECK_THAT(*w, Contains("rendezvous host localhost resolves to 127.0.0.1 (loopback)") &&
+  CHECK_THAT(*w, Contains("rendezvous host headnode resolves to 127.0.0.1 (loopback)") &&
                      Contains("--nnodes allows 2 agents") &&
                      Contains("fine when every agent runs on this machine"));
   CHECK(loopbackEndpointWarning(multi, lo6));
@@ -455,8 +456,12 @@ TEST_CASE("endpoint check: loopback with several hosts warns, otherwise quiet",
   CHECK(loopbackEndpointWarning(multi, {"10.0.0.5", "127.0.1.1"}));
   CHECK_FALSE(loopbackEndpointWarning(multi, lan));
   CHECK_FALSE(loopbackEndpointWarning(multi, {}));  // unresolvable: the join reports it
-  auto literal = config({"--nnodes=1:3", "--rdzv-endpoint=127.0.0.1:5", "t.py"});
-  CHECK_THAT(*loopbackEndpointWarning(literal, lo), Contains("127.0.0.1 is a loopback address"));
+  // A literal loopback address or "localhost" says "this machine" on purpose: quiet outside
+  // Slurm (all agents here), where nothing tells that the job spans several hosts.
+  CHECK_FALSE(
+      loopbackEndpointWarning(config({"--nnodes=1:3", "--rdzv-endpoint=127.0.0.1:5", "t.py"}), lo));
+  CHECK_FALSE(
+      loopbackEndpointWarning(config({"--nnodes=2", "--rdzv-endpoint=localhost:5", "t.py"}), lo));
 
   // One agent, or --standalone: nothing to reach.
   CHECK_FALSE(loopbackEndpointWarning(config({"--rdzv-endpoint=localhost:1", "t.py"}), lo));
@@ -472,8 +477,8 @@ TEST_CASE("endpoint check: loopback with several hosts warns, otherwise quiet",
   CHECK_FALSE(loopbackEndpointWarning(slurmOne, lo));
 
   // The static backend connects to --master-addr.
-  auto legacy = config({"--nnodes=2", "--node-rank=1", "--master-addr=localhost", "t.py"});
-  CHECK(rendezvousHost(legacy) == "localhost");
+  auto legacy = config({"--nnodes=2", "--node-rank=1", "--master-addr=headnode", "t.py"});
+  CHECK(rendezvousHost(legacy) == "headnode");
   CHECK_THAT(*loopbackEndpointWarning(legacy, lo), Contains("--master-addr"));
 }
 
