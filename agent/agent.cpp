@@ -39,9 +39,9 @@ std::string signalList(const std::vector<int>& signals) {
   return s;
 }
 
-// Children of this process that are not current workers: orphans our workers left behind, which
-// we adopted as child subreaper.
-std::vector<int> adoptedChildren(const std::set<int>& workers, bool zombiesOnly) {
+// Live children of this process that are not current workers: orphans our workers left behind,
+// which we adopted as child subreaper. A scan of /proc: only at the end of a round.
+std::vector<int> adoptedChildren(const std::set<int>& workers) {
   std::vector<int> found;
   const int self = ::getpid();
   DIR* proc = ::opendir("/proc");
@@ -58,8 +58,7 @@ std::vector<int> adoptedChildren(const std::set<int>& workers, bool zombiesOnly)
     char state = 0;
     int ppid = 0;
     if (std::sscanf(line.c_str() + close + 1, " %c %d", &state, &ppid) != 2) continue;
-    if (ppid != self) continue;
-    if (zombiesOnly && state != 'Z') continue;
+    if (ppid != self || state == 'Z') continue;
     found.push_back(static_cast<int>(pid));
   }
   ::closedir(proc);
@@ -377,6 +376,7 @@ void Agent::onWorkerExit(int localRank, ExitStatus status) {
        {"exit_code", status.signal ? nlohmann::json(nullptr) : nlohmann::json(status.code)},
        {"signal", status.signal ? nlohmann::json(*status.signal) : nlohmann::json(nullptr)}});
   if (!w.execError().empty()) log_->error("worker {}: {}", localRank, w.execError());
+  reapOrphans();  // an orphan's zombie may have waited behind this worker's
   // The worker is gone: take what is left in its pipes (a grandchild may still hold them).
   if (auto out = std::exchange(outStreams_[localRank], std::nullopt)) {
     forwarder_.drainAndClose(*out, [](std::vector<std::string>) {});
@@ -479,11 +479,18 @@ void Agent::abortAndStop(const std::string& reason, std::function<void()> then) 
 
 void Agent::sweepWorkers() {
   workers_.sweep();
-  // Daemonised grandchildren that left the worker's process group: ours as subreaper.
+  // Daemonised grandchildren that left the worker's process group: ours as subreaper. With no
+  // worker running, waitid() says at once whether this process has any child left at all; only
+  // then is /proc scanned for them.
   std::set<int> keep = workers_.runningPids();
-  if (context_.guard) keep.insert(context_.guard->pid());
-  for (int pid : adoptedChildren(keep, false)) ::kill(pid, SIGKILL);
-  reapOrphans();
+  siginfo_t info{};
+  const bool noChildren = keep.empty() &&
+                          ::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 &&
+                          errno == ECHILD;
+  if (!noChildren) {
+    for (int pid : adoptedChildren(keep)) ::kill(pid, SIGKILL);
+    reapOrphans();
+  }
   if (context_.guard) {
     for (int g : workers_.groups()) context_.guard->remove(g);
   }
@@ -643,9 +650,17 @@ void Agent::finish(int code) {
 }
 
 void Agent::reapOrphans() {
-  // Only adopted orphans (and a guard that died): a stray waitpid(-1) would steal the workers'
-  // statuses from Boost.
-  for (int pid : adoptedChildren(workers_.runningPids(), true)) ::waitpid(pid, nullptr, WNOHANG);
+  // Only adopted orphans (and a guard that died): a stray waitpid(-1) would steal a worker's
+  // status from its WorkerProcess. So peek (WNOWAIT) at one exited child at a time and reap it
+  // only when it is not a worker; a worker's zombie is left to its own handler, which calls
+  // this again after reaping it.
+  const std::set<int> workers = workers_.runningPids();
+  for (;;) {
+    siginfo_t info{};
+    if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) return;
+    if (workers.count(info.si_pid)) return;
+    ::waitpid(info.si_pid, nullptr, WNOHANG);
+  }
 }
 
 void Agent::armSigchld() {

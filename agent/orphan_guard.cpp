@@ -1,14 +1,19 @@
 #include "agent/orphan_guard.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <set>
+#include <vector>
 
 #include "rendezvous/error.h"
 
@@ -32,9 +37,22 @@ struct Record {
   // Hold nothing the agent opened: a shell reading dtrun's output must see EOF when dtrun ends.
   int devnull = ::open("/dev/null", O_RDWR);
   for (int fd = 0; fd < 3; ++fd) ::dup2(devnull, fd);
-  long maxFd = ::sysconf(_SC_OPEN_MAX);
-  for (int fd = 3; fd < maxFd && fd < 65536; ++fd) {
-    if (fd != readFd) ::close(fd);
+  // Keep readFd as 3, then close everything above it at once (close_range, Linux >= 5.9;
+  // otherwise a loop over what /proc/self/fd lists, never one over RLIMIT_NOFILE).
+  if (readFd != 3) {
+    ::dup2(readFd, 3);
+    readFd = 3;
+  }
+  if (::syscall(SYS_close_range, 4u, ~0u, 0u) != 0) {
+    if (DIR* d = ::opendir("/proc/self/fd")) {
+      std::vector<int> open;
+      while (dirent* e = ::readdir(d)) {
+        int fd = std::atoi(e->d_name);
+        if (fd > 3 && fd != ::dirfd(d)) open.push_back(fd);
+      }
+      ::closedir(d);
+      for (int fd : open) ::close(fd);
+    }
   }
   std::set<int> groups;
   Record r{};
@@ -60,24 +78,47 @@ void send(int fd, char op, int pgid) {
 
 OrphanGuard OrphanGuard::start() {
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) {
+  int pidPipe[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0 || ::pipe2(pidPipe, O_CLOEXEC) != 0) {
     throw Error(std::string("orphan guard: pipe failed: ") + std::strerror(errno));
   }
-  pid_t pid = ::fork();
-  if (pid < 0) {
+  // Forked twice, so that the guard is not dtrun's child: the agent then learns from one
+  // waitid() that it has no children left (and skips the /proc scan for adopted orphans), and
+  // the guard is reparented to init, not to the agent, which becomes a subreaper only later.
+  pid_t middle = ::fork();
+  if (middle < 0) {
     int err = errno;
-    ::close(fds[0]);
-    ::close(fds[1]);
+    for (int fd : {fds[0], fds[1], pidPipe[0], pidPipe[1]}) ::close(fd);
     throw Error(std::string("orphan guard: fork failed: ") + std::strerror(err));
   }
-  if (pid == 0) {
+  if (middle == 0) {
     ::close(fds[1]);
-    guardMain(fds[0]);
+    ::close(pidPipe[0]);
+    pid_t guard = ::fork();
+    if (guard == 0) {
+      ::close(pidPipe[1]);
+      guardMain(fds[0]);
+    }
+    std::int32_t pid = guard;
+    (void)!::write(pidPipe[1], &pid, sizeof(pid));
+    ::_exit(guard < 0 ? 1 : 0);
   }
   ::close(fds[0]);
+  ::close(pidPipe[1]);
+  std::int32_t guardPid = -1;
+  ssize_t n;
+  while ((n = ::read(pidPipe[0], &guardPid, sizeof(guardPid))) < 0 && errno == EINTR) {
+  }
+  ::close(pidPipe[0]);
+  while (::waitpid(middle, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  if (n != static_cast<ssize_t>(sizeof(guardPid)) || guardPid <= 0) {
+    ::close(fds[1]);
+    throw Error("orphan guard: the second fork failed");
+  }
   OrphanGuard g;
   g.fd_ = fds[1];
-  g.pid_ = pid;
+  g.pid_ = guardPid;
   return g;
 }
 
@@ -98,9 +139,7 @@ OrphanGuard& OrphanGuard::operator=(OrphanGuard&& other) noexcept {
 }
 
 OrphanGuard::~OrphanGuard() {
-  if (fd_ >= 0) ::close(fd_);
-  // The guard exits on its own; it was forked before the agent became a child subreaper, so
-  // init (or whoever reaps dtrun's children) collects it.
+  if (fd_ >= 0) ::close(fd_);  // the guard exits on its own; init reaps it
 }
 
 void OrphanGuard::add(int pgid) const { send(fd_, 'a', pgid); }

@@ -6,7 +6,8 @@
 // every worker process group it starts and ends; when the pipe reaches end-of-file (the agent
 // exited, however it died) the guard SIGKILLs every group still listed and exits. It ignores
 // terminal signals and holds no other descriptor, so it neither dies early nor keeps anything
-// open.
+// open. It is forked twice, so it is not dtrun's child (its comm is "dtrun-guard"; its command
+// line is dtrun's).
 #pragma once
 
 namespace dtrun::agent {

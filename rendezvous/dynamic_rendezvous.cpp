@@ -69,14 +69,22 @@ void DynamicRendezvous::checkCancelled() {
   if (cancelled_()) throw Error("rendezvous cancelled");
 }
 
+void DynamicRendezvous::checkFinished() {
+  if (store_->check({"final"})) {
+    throw Error("the job has already failed for good: " + store_->get("final", kSlice));
+  }
+  if (store_->check({"succeeded"})) {
+    throw Error("the job has already finished (round " + store_->get("succeeded", kSlice) +
+                " succeeded); a new job needs a new --rdzv-id");
+  }
+}
+
 RoundInfo DynamicRendezvous::join() {
   const auto deadline = Clock::now() + settings_.joinTimeout;
   std::int64_t round = counter("round");
   for (;;) {
     checkCancelled();
-    if (store_->check({"final"})) {
-      throw Error("the job has already failed for good: " + store_->get("final", kSlice));
-    }
+    checkFinished();
     RoundInfo info;
     if (joinRound(round, deadline, &info) == Outcome::kJoined) return info;
     // Too late for `round`: say so (the running nodes restart into a bigger round when there
@@ -209,9 +217,7 @@ void DynamicRendezvous::waitForRound(std::int64_t round, Clock::time_point deadl
   const std::string opened = roundKey(round, "opened");
   for (;;) {
     checkCancelled();
-    if (store_->check({"final"})) {
-      throw Error("the job has already failed for good: " + store_->get("final", kSlice));
-    }
+    checkFinished();
     if (Clock::now() >= deadline) {
       throw TimeoutError("rendezvous: waited " +
                          std::to_string(settings_.joinTimeout.count() / 1000) + " s for round " +
@@ -307,7 +313,10 @@ std::vector<std::string> DynamicRendezvous::failures(std::int64_t round) {
 std::int64_t DynamicRendezvous::markDone(std::int64_t round, int groupWorldSize) {
   std::int64_t done = store_->add(roundKey(round, "done"), 1);
   // Only the last one wakes everybody: N nodes finishing must not cost N x N state reads.
-  if (done >= groupWorldSize) store_->add(epochKey(), 1);
+  if (done >= groupWorldSize) {
+    store_->set("succeeded", std::to_string(round));
+    store_->add(epochKey(), 1);
+  }
   return done;
 }
 

@@ -17,6 +17,7 @@
 //   r<R>/waiting       nodes that came too late for R
 //   r<R>/advance       first ADD wins the right to open R+1     r<R+1>/opened  R+1 is open
 //   r<R>/failures      worker failures, one JSON per line       r<R>/done      nodes finished
+//   succeeded          the round in which every node finished (late nodes then give up)
 //
 // Round life:  open --(max joined | expected joined | last call after min)--> closed
 //              closed --(failure | member gone | late node waiting)--> advance --> R+1 open
@@ -139,6 +140,8 @@ class DynamicRendezvous {
   std::vector<NodeInfo> nodesOf(std::int64_t round, int count, std::chrono::milliseconds timeout);
   std::int64_t counter(const std::string& key) { return store_->add(key, 0); }
   void checkCancelled();
+  /// Throws when the job already failed for good or succeeded: nothing left to join.
+  void checkFinished();
   [[noreturn]] void timedOut(std::int64_t round, int joined);
 
   std::shared_ptr<Store> store_;

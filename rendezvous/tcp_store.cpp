@@ -122,7 +122,9 @@ void TcpStore::connect() {
   const auto until = deadlineAfter(options_.connectTimeout);
   // Jittered exponential backoff: a storm of clients against a full listen backlog spreads out
   // instead of retrying in lockstep (torch PR #129261).
-  std::minstd_rand rng(std::random_device{}());
+  // Seeded per process and moment (no /dev/urandom per connection): enough to spread retries.
+  std::minstd_rand rng(static_cast<unsigned>(::getpid()) ^
+                       static_cast<unsigned>(Clock::now().time_since_epoch().count()));
   milliseconds backoff(10);
   std::string lastError = "no attempt made";
   for (;;) {

@@ -34,10 +34,18 @@ bool allGone(const std::vector<int>& pids) {
   return true;
 }
 
-// dtrun's forked orphan guard ("dtrun-guard"), or -1.
+// dtrun's orphan guard, or -1: forked twice (not dtrun's child), named "dtrun-guard", with
+// dtrun's own command line (each test's is unique: its temporary directory is in it).
 int guardOf(pid_t dtrun) {
-  for (int c : childrenOf(dtrun)) {
-    if (processName(c) == "dtrun-guard") return c;
+  const std::string cmdline = test::readFile("/proc/" + std::to_string(dtrun) + "/cmdline");
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const int pid = std::stoi(name);
+    if (pid != dtrun && processName(pid) == "dtrun-guard" &&
+        test::readFile(e.path() / "cmdline") == cmdline) {
+      return pid;
+    }
   }
   return -1;
 }
