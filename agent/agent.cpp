@@ -641,6 +641,7 @@ void Agent::finish(int code) {
   if (state_ == State::kFinished) return;
   transition(State::kFinished);
   exitCode_ = code;
+  logDir_.removeIfEmpty();
   finishTimer_.cancel();
   boost::system::error_code ignored;
   signals_.cancel(ignored);

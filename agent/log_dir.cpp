@@ -20,6 +20,18 @@ constexpr const char* kDevNull = "/dev/null";
 
 }  // namespace
 
+bool LogDir::removeIfEmpty() const {
+  if (!ownsBase_ || baseDir_.empty()) return false;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(baseDir_, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (!it->is_directory(ec)) return false;  // a log or an error file: keep everything
+  }
+  if (ec) return false;
+  fs::remove_all(baseDir_, ec);
+  return !ec;
+}
+
 std::string makeTempDir(const std::string& dir, const std::string& prefix) {
   // Python's _RandomNameSequence alphabet and length, so names look like torchrun's
   // ("none_pg2onyju"). glibc's mkdtemp only does six X's from a different alphabet.
@@ -64,6 +76,7 @@ LogDir::LogDir(const std::optional<std::string>& base, const std::string& runId)
     fs::path tmp = fs::temp_directory_path(ec);
     if (ec) throw ConfigError("no usable temporary directory for logs: " + ec.message());
     baseDir_ = makeTempDir(fs::absolute(tmp).string(), "torchelastic_");
+    ownsBase_ = true;
   }
   try {
     runDir_ = makeTempDir(baseDir_, runId + "_");

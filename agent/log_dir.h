@@ -28,6 +28,11 @@ class LogDir {
   /// per local rank in [0, nproc). No-op when disabled. Blocking; throws dtrun::Error.
   void prepareAttempt(int attempt, int nproc) const;
 
+  /// Without --log-dir: removes the torchelastic_ temp dir this agent made when no file was
+  /// written under it (torchrun leaves one per run behind; dtrun keeps only those with logs or
+  /// error files). Returns true when it removed it. Blocking; never throws.
+  bool removeIfEmpty() const;
+
   /// True for --log-dir /dev/null: no files, console only.
   bool disabled() const { return runDir_.empty(); }
   /// The base directory (absolute; "/dev/null" when disabled).
@@ -54,6 +59,7 @@ class LogDir {
 
   std::string baseDir_;
   std::string runDir_;
+  bool ownsBase_ = false;  // the base is a torchelastic_ temp dir made here
 };
 
 /// Python's tempfile.mkdtemp(prefix=prefix, dir=dir): makes dir/<prefix><8 of [a-z0-9_]> with

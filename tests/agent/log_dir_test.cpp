@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 
 #include "rendezvous/error.h"
@@ -117,6 +118,28 @@ TEST_CASE("LogDir without --log-dir uses a torchelastic_ temp dir", "[agent][log
                            std::regex("abc_[a-z0-9_]{8}")));
   }
   CHECK(entries(tmp.path()) == 2);
+}
+
+TEST_CASE("LogDir removes its own temp dir only when nothing was written", "[agent][logdir]") {
+  TempDir tmp;
+  ScopedEnv env("TMPDIR", tmp.path().string());
+  LogDir empty(std::nullopt, "job");
+  empty.prepareAttempt(0, 2);
+  CHECK(empty.removeIfEmpty());
+  CHECK_FALSE(fs::exists(empty.baseDir()));
+
+  LogDir used(std::nullopt, "job");
+  used.prepareAttempt(0, 2);
+  std::ofstream(used.errorFilePath(0, 1)) << "{}";
+  CHECK_FALSE(used.removeIfEmpty());
+  CHECK(fs::exists(used.errorFilePath(0, 1)));
+
+  // A --log-dir the user gave is never removed, even when empty.
+  TempDir given;
+  LogDir mine(given.path().string(), "job");
+  mine.prepareAttempt(0, 1);
+  CHECK_FALSE(mine.removeIfEmpty());
+  CHECK(fs::exists(mine.runDir()));
 }
 
 TEST_CASE("LogDir rejects a --log-dir that is a file", "[agent][logdir]") {
