@@ -26,8 +26,13 @@ std::optional<std::int64_t> parseDecimal(const Bytes& text) {
   return value;
 }
 
-void StoreCore::set(const std::string& key, Bytes value) {
+void StoreCore::set(const std::string& key, Bytes&& value) {
   map_[key] = std::move(value);
+  wakeKey(key);
+}
+
+void StoreCore::set(const std::string& key, const Bytes& value) {
+  map_[key].assign(value);  // into the entry's own buffer: no allocation for a key set again
   wakeKey(key);
 }
 
@@ -224,6 +229,7 @@ void StoreCore::complete(ClientId client) {
 }
 
 void StoreCore::wakeKey(const std::string& key) {
+  if (waiters_.empty()) return;  // the common case: nobody waits, no second hash
   auto it = waiters_.find(key);
   if (it == waiters_.end()) return;
   std::vector<ClientId> clients = std::move(it->second);

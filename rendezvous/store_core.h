@@ -32,7 +32,10 @@ class StoreCore {
   StoreCore(const StoreCore&) = delete;
   StoreCore& operator=(const StoreCore&) = delete;
 
-  void set(const std::string& key, Bytes value);
+  /// Takes the value's buffer (large values).
+  void set(const std::string& key, Bytes&& value);
+  /// Copies into the entry's buffer, which a key set again and again reuses (small values).
+  void set(const std::string& key, const Bytes& value);
   /// The value, or nullptr when the key is absent. Valid until the next write.
   const Bytes* find(const std::string& key) const;
   /// Throws ProtocolError when the stored value is not a decimal integer or the sum overflows.

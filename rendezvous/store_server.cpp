@@ -5,6 +5,7 @@
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/write.hpp>
+#include <utility>
 
 #include "rendezvous/error.h"
 
@@ -62,6 +63,8 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
  private:
   // Replies wait in out_ while a write is in flight; past this much, reading pauses.
   static constexpr std::size_t kMaxPendingOut = 64 * 1024 * 1024;
+  // Values up to this size are copied into the store rather than moved (see kSet).
+  static constexpr std::size_t kCopyLimit = 4096;
 
   void read() {
     if (closed_ || reading_) return;
@@ -82,40 +85,42 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
 
   void onReadable() {
     auto& buf = server_.readBuffer_;
-    boost::system::error_code ec;
-    std::size_t n = socket_.read_some(asio::buffer(buf), ec);
-    if (ec == asio::error::would_block || ec == asio::error::try_again) {
-      read();
-      return;
-    }
-    if (ec) {
-      if (!in_.empty()) {
-        // The peer left with a frame half sent: a truncated frame, named like any bad one.
-        server_.log_->warn(
-            "store: closing connection from {}: it ended inside a request ({} "
-            "bytes of a truncated frame)",
-            peer_, in_.size());
-      } else if (ec != asio::error::eof && ec != asio::error::connection_reset) {
-        server_.log_->debug("store: connection {} read error: {}", peer_, ec.message());
+    for (;;) {
+      boost::system::error_code ec;
+      std::size_t n = socket_.read_some(asio::buffer(buf), ec);
+      if (ec == asio::error::would_block || ec == asio::error::try_again) break;
+      if (ec) {
+        if (!in_.empty()) {
+          // The peer left with a frame half sent: a truncated frame, named like any bad one.
+          server_.log_->warn(
+              "store: closing connection from {}: it ended inside a request ({} "
+              "bytes of a truncated frame)",
+              peer_, in_.size());
+        } else if (ec != asio::error::eof && ec != asio::error::connection_reset) {
+          server_.log_->debug("store: connection {} read error: {}", peer_, ec.message());
+        }
+        close();
+        return;
       }
-      close();
-      return;
+      lastActivity_ = std::chrono::steady_clock::now();
+      std::string_view data(buf.data(), n);
+      const bool buffered = !in_.empty();
+      if (buffered) {
+        in_.append(data);
+        data = in_;
+      }
+      std::size_t used = consume(data);
+      if (closed_) return;
+      if (buffered) {
+        in_.erase(0, used);
+      } else {
+        in_.assign(data.substr(used));
+      }
+      flush();
+      // A full buffer means more is probably waiting: read it now rather than through another
+      // trip round the reactor. Otherwise the socket is drained; wait for readiness again.
+      if (n < buf.size() || out_.size() + writing_.size() > kMaxPendingOut) break;
     }
-    lastActivity_ = std::chrono::steady_clock::now();
-    std::string_view data(buf.data(), n);
-    const bool buffered = !in_.empty();
-    if (buffered) {
-      in_.append(data);
-      data = in_;
-    }
-    std::size_t used = consume(data);
-    if (closed_) return;
-    if (buffered) {
-      in_.erase(0, used);
-    } else {
-      in_.assign(data.substr(used));
-    }
-    flush();
     read();
   }
 
@@ -128,7 +133,7 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
         dialect_ = wire::detectDialect(pending);
         if (dialect_ == wire::Dialect::kUnknown) break;
       }
-      wire::Request req;
+      wire::Request& req = req_;
       auto r = wire::decodeRequest(dialect_, pending, server_.options_.limits, &req);
       if (r.status == wire::DecodeStatus::kNeedMore) break;
       if (r.status == wire::DecodeStatus::kBad) {
@@ -159,7 +164,12 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
         wire::appendU32(&out, req.word);
         break;
       case wire::Op::kSet:
-        core.set(req.keys[0], std::move(req.values[0]));
+        // Small values are copied, so req_'s buffer is kept for the next request.
+        if (req.values[0].size() > kCopyLimit) {
+          core.set(req.keys[0], std::move(req.values[0]));
+        } else {
+          core.set(req.keys[0], std::as_const(req.values[0]));
+        }
         break;
       case wire::Op::kCompareSet:
         wire::appendBytes(&out,
@@ -286,6 +296,7 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
   wire::Dialect dialect_ = wire::Dialect::kUnknown;
   std::string in_;
   std::string out_;
+  wire::Request req_;  // reused for every request: its buffers keep their capacity
   std::string writing_;
   bool reading_ = false;
   bool closed_ = false;

@@ -211,7 +211,12 @@ DecodeResult decodeRequest(Dialect dialect, std::string_view data, const Limits&
                    (dialect == Dialect::kTorch113 ? " (torch 1.13 table)" : " (torch 2.x table)");
     return result;
   }
-  *out = Request{};
+  // Cleared, not replaced: a caller that reuses one Request keeps its buffers' capacity, so a
+  // steady stream of requests decodes without allocating.
+  out->keys.clear();
+  out->values.clear();
+  out->number = 0;
+  out->word = 0;
   out->op = *op;
   Reader r(data.substr(1), limits);
   if (decodeArgs(info(*op).layout, r, out)) {

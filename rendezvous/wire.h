@@ -88,7 +88,8 @@ struct DecodeResult {
 /// The dialect announced by a connection's first bytes; kUnknown until enough bytes arrived.
 Dialect detectDialect(std::string_view firstBytes);
 
-/// Decodes one request from the front of `data`. Never allocates past `limits`.
+/// Decodes one request from the front of `data` into `out` (reusing its buffers). Never
+/// allocates past `limits`.
 DecodeResult decodeRequest(Dialect dialect, std::string_view data, const Limits& limits,
                            Request* out);
 

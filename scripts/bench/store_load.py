@@ -5,16 +5,17 @@ usage: store_load.py --server NAME=HOST:PORT[@PID] [--server ...] [--ops set,get
                      [--clients 1,8,64] [--slots 16] [--slot-seconds 0.25]
 
 For every (op, clients) pair, forks `clients` processes. Each connects one torch.distributed
-TCPStore client (is_master=False: torch 1.13's client protocol) to every server, waits at a common
-barrier, then works through --slots time slots of --slot-seconds each, all processes in step on
-the shared monotonic clock: in slot k every process runs the op against server k mod n as fast as
-it can. The servers thus take turns every quarter second and a noisy neighbour (this machine is
-shared) hurts each alike. set and add use a key per client; get reads one shared key (torch's get
-is WAIT + GET: two round trips). A set has no reply in the protocol, so each process ends every
-slot with a num_keys() round trip: a slot's sets count only once the server has handled them.
+TCPStore client (is_master=False: torch 1.13's client protocol) to every server, then works through
+--slots slots: in slot k every process runs the op against server k mod n as fast as it can for
+--slot-seconds. The servers thus take turns and a noisy neighbour (this machine is shared) hurts
+each alike. set and add use a key per client; get reads one shared key (torch's get is WAIT + GET:
+two round trips). A set has no reply in the protocol, so each process ends every slot with a
+num_keys() round trip: a slot's sets count only once the server has handled them. All processes
+meet at a barrier before each slot, so a server that is still draining its backlog delays only
+its own slot, never the next server's.
 
-A slot's rate is the operations all processes finished in it over its length; a server's figure
-is the median over its slots. Given a server's PID, the CPU time the server process used during its
+A slot's rate is the operations all processes did in it over the time from its start to the last
+acknowledgement; a server's figure is the median over its slots. Given a server's PID, the CPU time the server process used during its
 slots (from /proc/PID/stat, sampled at every slot boundary) over the operations done in them is
 reported too: what an operation costs the server, independent of how fast the clients are.
 Output: one line per (op, clients, server),
@@ -52,64 +53,67 @@ def make_op(store, op, rank):
     raise ValueError(op)
 
 
-def worker(servers, op, rank, slots, slot_seconds, barrier, start, results):
+def worker(servers, op, rank, slots, slot_seconds, barrier, results):
     try:
         stores = [dist.TCPStore(host, port, is_master=False,
                                 timeout=datetime.timedelta(seconds=120))
                   for _, host, port, _ in servers]
         fns = [make_op(s, op, rank) for s in stores]
-        barrier.wait(120)
-        while start.value == 0.0:  # set by the parent right after the barrier
-            time.sleep(0.001)
-        t0 = start.value
-        counts = [0] * slots
+        slots_done = []
         for k in range(slots):
-            begin, end = t0 + k * slot_seconds, t0 + (k + 1) * slot_seconds
-            while (ahead := begin - time.monotonic()) > 0:  # the previous slot's flush ran short
-                time.sleep(min(ahead, 0.001))
+            # Every slot starts together, after every client has finished the previous one:
+            # one server's backlog can never eat into the next server's slot.
+            barrier.wait(300)
+            begin = time.monotonic()
+            end = begin + slot_seconds
             s = k % len(stores)
             fn, n = fns[s], 0
             while time.monotonic() < end:
                 for _ in range(CHECK_EVERY):
                     fn()
                 n += CHECK_EVERY
-            stores[s].num_keys()
-            counts[k] = n
-        results.put(("ok", counts))
+            stores[s].num_keys()  # the server has handled every op sent before this reply
+            slots_done.append((n, begin, time.monotonic()))
+        barrier.wait(300)
+        results.put(("ok", slots_done))
     except Exception as e:
         results.put(("error", repr(e)))
 
 
 def measure(servers, op, clients, slots, slot_seconds):
     ctx = multiprocessing.get_context("fork")
-    barrier = ctx.Barrier(clients + 1)
-    start = ctx.Value("d", 0.0)
+    barrier = ctx.Barrier(clients + 1)  # the clients, and this process sampling CPU times
     results = ctx.Queue()
     procs = [ctx.Process(target=worker,
-                         args=(servers, op, r, slots, slot_seconds, barrier, start, results))
+                         args=(servers, op, r, slots, slot_seconds, barrier, results))
              for r in range(clients)]
     for p in procs:
         p.start()
-    barrier.wait(300)  # every process has connected to every server
-    t0 = time.monotonic() + 0.2
-    start.value = t0
-    # Sample each server's CPU time at the slot boundaries; slot k's share goes to server k mod n.
+    # CPU time of each server between slot boundaries; slot k belongs to server k mod n.
     cpu = [0.0] * len(servers)
     pids = [pid for _, _, _, pid in servers]
-    last = [cpu_seconds(p) if p else 0.0 for p in pids]
-    for k in range(slots):
-        time.sleep(max(0.0, t0 + (k + 1) * slot_seconds - time.monotonic()))
+    last = None
+    for k in range(slots + 1):
+        barrier.wait(300 + slots * slot_seconds * 10)
         now = [cpu_seconds(p) if p else 0.0 for p in pids]
-        cpu[k % len(servers)] += now[k % len(servers)] - last[k % len(servers)]
+        if last is not None:
+            i = (k - 1) % len(servers)
+            cpu[i] += now[i] - last[i]
         last = now
-    got = [results.get(timeout=slots * slot_seconds + 300) for _ in procs]
+    got = [results.get(timeout=300) for _ in procs]
     for p in procs:
         p.join(60)
     errors = [g[1] for g in got if g[0] != "ok"]
     if errors:
         raise RuntimeError(f"{len(errors)} clients failed, first: {errors[0]}")
-    ops = [sum(g[1][k] for g in got) for k in range(slots)]
-    per_slot = [n / slot_seconds for n in ops]
+    # A slot's rate: all the operations its clients did, over the time from its start to the
+    # last client's acknowledgement (which includes the server draining its own backlog).
+    per_slot, ops = [], []
+    for k in range(slots):
+        n = sum(g[1][k][0] for g in got)
+        span = max(g[1][k][2] for g in got) - min(g[1][k][1] for g in got)
+        ops.append(n)
+        per_slot.append(n / span)
     rates = [per_slot[i::len(servers)] for i in range(len(servers))]
     cpu_per_op = [cpu[i] / max(1, sum(ops[i::len(servers)])) for i in range(len(servers))]
     return rates, cpu_per_op
