@@ -8,17 +8,21 @@
 // Each joiner has one connection (torch 2.x dialect) and runs, round trip by round trip, the
 // store operations DynamicRendezvous::joinRound does for round 0 when N = --nnodes MAX:
 //   ADD_ON_CLOSE(epoch), ADD_ON_CLOSE(r0/gone)     membership (no reply; --no-membership: off)
+//   COMPARE_SET(r0/role, "", role)                 do all nodes share a role? (before the ADD)
 //   ADD(r0/join, 1 << 32 | 1)                      index and rank offset, one round trip
 //   CHECK(r0/closed)                               late?
 //   SET(r0/node/<index>), ADD(r0/expect, 0)        its description; who is expected back
 //   the last joiner: ADD(r0/join, 0), COMPARE_SET(r0/closed, "", snapshot)   closes the round
 //   the others:      WAIT(r0/closed)
 //   GET(r0/closed)                                 world size
-// and then, with --read-nodes, reads the other nodes' descriptions: `all` as dtrun does today
-// (CHECK and GET of r0/node/<r> for every r: 2N round trips per joiner, O(N^2) in all),
-// `multiget` in one MULTI_GET (one round trip, O(N) bytes each), `none` not at all (the O(1)
-// protocol of DESIGN.md decision 2). A real agent spreads these over 3 connections (ops,
-// membership, watch); one connection per joiner keeps 16384 joiners under the descriptor limit.
+//   CHECK(r0/mixed_roles)                          role ranks = global ranks when absent
+// and then, with --read-nodes, reads the other nodes' descriptions: `all` as an earlier dtrun
+// did (CHECK and GET of r0/node/<r> for every r: 2N round trips per joiner, O(N^2) in all; kept
+// to show why it went), `multiget` in one MULTI_GET (one round trip, O(N) bytes each: what dtrun
+// does when roles differ), `none` not at all (the O(1) protocol of DESIGN.md decision 2, which
+// dtrun follows when every node has the same role). A real agent spreads these over 3 connections
+// (ops, membership, watch); one connection per joiner keeps 16384 joiners under the descriptor
+// limit.
 //
 // Checks what every node must agree on: indices 0..N-1 each once, and every joiner read the
 // same closed counter, N nodes and N processes. Output: progress on stderr, then one line:
@@ -66,6 +70,7 @@ enum class ReadNodes { kNone, kAll, kMultiGet };
 enum class Step {
   kConnecting,
   kConnected,  // connected, not joining yet (--connect-first)
+  kRole,       // awaiting COMPARE_SET(role)
   kJoin,       // awaiting ADD(join)
   kCheck,      // awaiting CHECK(closed)
   kExpect,     // awaiting ADD(expect, 0)
@@ -73,6 +78,7 @@ enum class Step {
   kClose,      // awaiting COMPARE_SET       (the closer)
   kWait,       // awaiting WAIT(closed)      (everyone else)
   kClosed,     // awaiting GET(closed)
+  kMixed,      // awaiting CHECK(mixed_roles)
   kNodeCheck,  // awaiting CHECK(node/r)     (--read-nodes all)
   kNodeGet,    // awaiting GET(node/r)       (--read-nodes all)
   kMultiGet,   // awaiting MULTI_GET         (--read-nodes multiget)
@@ -213,7 +219,7 @@ class Sim {
       first += encode(wire::Op::kAddOnClose, {key("epoch")}, {}, 1);
       first += encode(wire::Op::kAddOnClose, {key("r0/gone")}, {}, 1);
     }
-    send(i, first + encode(wire::Op::kAdd, {key("r0/join")}, {}, packJoin(1, 1)), Step::kJoin);
+    send(i, first + encode(wire::Op::kCompareSet, {key("r0/role")}, {"", "default"}), Step::kRole);
   }
 
   void send(std::size_t i, std::string bytes, Step next) {
@@ -306,6 +312,10 @@ class Sim {
     std::uint8_t byte = 0;
     std::string bytes;
     switch (j.step) {
+      case Step::kRole:
+        if (!takeBytes(j, &bytes)) return false;
+        send(i, encode(wire::Op::kAdd, {key("r0/join")}, {}, packJoin(1, 1)), Step::kJoin);
+        return true;
       case Step::kJoin:
         if (!takeI64(j, &num)) return false;
         j.index = joinedNodes(num) - 1;
@@ -342,6 +352,10 @@ class Sim {
       case Step::kClosed:
         if (!takeBytes(j, &bytes)) return false;
         j.closed = std::stoll(bytes);
+        send(i, encode(wire::Op::kCheck, {key("r0/mixed_roles")}), Step::kMixed);
+        return true;
+      case Step::kMixed:
+        if (!takeU8(j, &byte)) return false;
         if (read_ == ReadNodes::kAll) {
           send(i, encode(wire::Op::kCheck, {key("r0/node/0")}), Step::kNodeCheck);
         } else if (read_ == ReadNodes::kMultiGet) {
