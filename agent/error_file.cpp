@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "rendezvous/error.h"
+#include "rendezvous/file_util.h"
 
 namespace dtrun::agent {
 
@@ -178,22 +179,7 @@ void writeErrorFile(const std::string& path, const nlohmann::ordered_json& doc) 
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
     throw Error("cannot remove old error file " + path + ": " + std::strerror(errno));
   }
-  std::string text = dumpPythonStyle(doc);
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (fd < 0) throw Error("cannot write error file " + path + ": " + std::strerror(errno));
-  std::size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      throw Error("cannot write error file " + path + ": " + std::strerror(err));
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::close(fd) != 0)
-    throw Error("cannot write error file " + path + ": " + std::strerror(errno));
+  writeWholeFile(path, dumpPythonStyle(doc), 0666, "error file");
 }
 
 }  // namespace dtrun::agent

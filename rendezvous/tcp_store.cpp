@@ -87,6 +87,17 @@ int connectOnce(const addrinfo* ai, Clock::time_point deadline, std::string* err
   return fd;
 }
 
+// A request with its arguments (the layout per op is wire.cpp's).
+wire::Request makeRequest(wire::Op op, std::vector<std::string> keys = {},
+                          std::vector<Bytes> values = {}, std::int64_t number = 0) {
+  wire::Request r;
+  r.op = op;
+  r.keys = std::move(keys);
+  r.values = std::move(values);
+  r.number = number;
+  return r;
+}
+
 }  // namespace
 
 TcpStore::TcpStore(TcpStoreOptions options)
@@ -288,8 +299,7 @@ void TcpStore::parkedCall(const wire::Request& req, milliseconds timeout, const 
     disconnect();
     throw TimeoutError(timedOut);
   }
-  wire::Request cancel;
-  cancel.op = wire::Op::kCancelWait;
+  wire::Request cancel = makeRequest(wire::Op::kCancelWait);
   sendRequest(cancel, deadline());
   std::uint8_t r = readU8(deadline(), what + " (cancel)");
   if (r == wire::kStopWaiting) {
@@ -304,8 +314,7 @@ void TcpStore::parkedCall(const wire::Request& req, milliseconds timeout, const 
 }
 
 void TcpStore::waitLocked(const std::vector<std::string>& keys, milliseconds timeout) {
-  wire::Request req;
-  req.op = wire::Op::kWait;
+  wire::Request req = makeRequest(wire::Op::kWait);
   for (const auto& k : keys) req.keys.push_back(key(k));
   parkedCall(req, timeout, "wait for keys " + joinKeys(req.keys));
 }
@@ -313,19 +322,14 @@ void TcpStore::waitLocked(const std::vector<std::string>& keys, milliseconds tim
 void TcpStore::set(const std::string& k, const Bytes& value) {
   std::lock_guard lock(mutex_);
   ensureConnected();
-  wire::Request req;
-  req.op = wire::Op::kSet;
-  req.keys = {key(k)};
-  req.values = {value};
+  wire::Request req = makeRequest(wire::Op::kSet, {key(k)}, {value});
   sendRequest(req, deadline());
 }
 
 Bytes TcpStore::get(const std::string& k, milliseconds timeout) {
   std::lock_guard lock(mutex_);
   waitLocked({k}, timeout);
-  wire::Request req;
-  req.op = wire::Op::kGet;
-  req.keys = {key(k)};
+  wire::Request req = makeRequest(wire::Op::kGet, {key(k)});
   sendRequest(req, deadline());
   return readBytes(deadline(), "get " + key(k));
 }
@@ -333,10 +337,7 @@ Bytes TcpStore::get(const std::string& k, milliseconds timeout) {
 std::int64_t TcpStore::add(const std::string& k, std::int64_t delta) {
   std::lock_guard lock(mutex_);
   ensureConnected();
-  wire::Request req;
-  req.op = wire::Op::kAdd;
-  req.keys = {key(k)};
-  req.number = delta;
+  wire::Request req = makeRequest(wire::Op::kAdd, {key(k)}, {}, delta);
   sendRequest(req, deadline());
   return readI64(deadline(), "add " + key(k));
 }
@@ -344,10 +345,7 @@ std::int64_t TcpStore::add(const std::string& k, std::int64_t delta) {
 Bytes TcpStore::compareSet(const std::string& k, const Bytes& expected, const Bytes& desired) {
   std::lock_guard lock(mutex_);
   ensureConnected();
-  wire::Request req;
-  req.op = wire::Op::kCompareSet;
-  req.keys = {key(k)};
-  req.values = {expected, desired};
+  wire::Request req = makeRequest(wire::Op::kCompareSet, {key(k)}, {expected, desired});
   sendRequest(req, deadline());
   return readBytes(deadline(), "compare_set " + key(k));
 }
@@ -355,8 +353,7 @@ Bytes TcpStore::compareSet(const std::string& k, const Bytes& expected, const By
 bool TcpStore::check(const std::vector<std::string>& keys) {
   std::lock_guard lock(mutex_);
   ensureConnected();
-  wire::Request req;
-  req.op = wire::Op::kCheck;
+  wire::Request req = makeRequest(wire::Op::kCheck);
   for (const auto& k : keys) req.keys.push_back(key(k));
   sendRequest(req, deadline());
   return readU8(deadline(), "check " + joinKeys(req.keys)) == wire::kCheckReady;
@@ -370,9 +367,7 @@ void TcpStore::wait(const std::vector<std::string>& keys, milliseconds timeout) 
 bool TcpStore::deleteKey(const std::string& k) {
   std::lock_guard lock(mutex_);
   ensureConnected();
-  wire::Request req;
-  req.op = wire::Op::kDeleteKey;
-  req.keys = {key(k)};
+  wire::Request req = makeRequest(wire::Op::kDeleteKey, {key(k)});
   sendRequest(req, deadline());
   return readI64(deadline(), "delete_key " + key(k)) == 1;
 }
@@ -380,8 +375,7 @@ bool TcpStore::deleteKey(const std::string& k) {
 std::int64_t TcpStore::numKeys() {
   std::lock_guard lock(mutex_);
   ensureConnected();
-  wire::Request req;
-  req.op = wire::Op::kNumKeys;
+  wire::Request req = makeRequest(wire::Op::kNumKeys);
   sendRequest(req, deadline());
   return readI64(deadline(), "num_keys");
 }
@@ -390,10 +384,7 @@ void TcpStore::append(const std::string& k, const Bytes& value) {
   requireTorch2("APPEND");
   std::lock_guard lock(mutex_);
   ensureConnected();
-  wire::Request req;
-  req.op = wire::Op::kAppend;
-  req.keys = {key(k)};
-  req.values = {value};
+  wire::Request req = makeRequest(wire::Op::kAppend, {key(k)}, {value});
   sendRequest(req, deadline());
 }
 
@@ -412,8 +403,7 @@ std::vector<Bytes> TcpStore::multiGet(const std::vector<std::string>& keys, mill
     }
     return values;
   }
-  wire::Request req;
-  req.op = wire::Op::kMultiGet;
+  wire::Request req = makeRequest(wire::Op::kMultiGet);
   for (const auto& k : keys) req.keys.push_back(key(k));
   sendRequest(req, deadline());
   for (const auto& k : req.keys) values.push_back(readBytes(deadline(), "multi_get " + k));
@@ -437,8 +427,7 @@ void TcpStore::multiSet(const std::vector<std::string>& keys, const std::vector<
     }
     return;
   }
-  wire::Request req;
-  req.op = wire::Op::kMultiSet;
+  wire::Request req = makeRequest(wire::Op::kMultiSet);
   for (const auto& k : keys) req.keys.push_back(key(k));
   req.values = values;
   sendRequest(req, deadline());
@@ -459,10 +448,7 @@ void TcpStore::queuePush(const std::string& k, const Bytes& value) {
   requireTorch2("QUEUE_PUSH");
   std::lock_guard lock(mutex_);
   ensureConnected();
-  wire::Request req;
-  req.op = wire::Op::kQueuePush;
-  req.keys = {key(k)};
-  req.values = {value};
+  wire::Request req = makeRequest(wire::Op::kQueuePush, {key(k)}, {value});
   sendRequest(req, deadline());
 }
 
@@ -471,9 +457,7 @@ std::optional<Bytes> TcpStore::queuePop(const std::string& k, milliseconds timeo
   std::lock_guard lock(mutex_);
   if (timeout > milliseconds::zero()) waitLocked({k}, timeout);
   ensureConnected();
-  wire::Request req;
-  req.op = wire::Op::kQueuePop;
-  req.keys = {key(k)};
+  wire::Request req = makeRequest(wire::Op::kQueuePop, {key(k)});
   sendRequest(req, deadline());
   if (readI64(deadline(), "queue_pop " + key(k)) <= 0) return std::nullopt;
   return readBytes(deadline(), "queue_pop " + key(k));
@@ -483,9 +467,7 @@ std::int64_t TcpStore::queueLen(const std::string& k) {
   requireTorch2("QUEUE_LEN");
   std::lock_guard lock(mutex_);
   ensureConnected();
-  wire::Request req;
-  req.op = wire::Op::kQueueLen;
-  req.keys = {key(k)};
+  wire::Request req = makeRequest(wire::Op::kQueueLen, {key(k)});
   sendRequest(req, deadline());
   return readI64(deadline(), "queue_len " + key(k));
 }
@@ -494,8 +476,7 @@ std::vector<std::string> TcpStore::listKeys() {
   requireTorch2("LIST_KEYS");
   std::lock_guard lock(mutex_);
   ensureConnected();
-  wire::Request req;
-  req.op = wire::Op::kListKeys;
+  wire::Request req = makeRequest(wire::Op::kListKeys);
   sendRequest(req, deadline());
   std::int64_t n = readI64(deadline(), "list_keys");
   if (n < 0 || static_cast<std::uint64_t>(n) > options_.limits.maxKeysPerRequest * 1024) {
@@ -514,20 +495,14 @@ std::vector<std::string> TcpStore::listKeys() {
 void TcpStore::barrier(const std::string& k, std::int64_t worldSize, milliseconds timeout) {
   requireTorch2("BARRIER");
   std::lock_guard lock(mutex_);
-  wire::Request req;
-  req.op = wire::Op::kBarrier;
-  req.keys = {key(k)};
-  req.number = worldSize;
+  wire::Request req = makeRequest(wire::Op::kBarrier, {key(k)}, {}, worldSize);
   parkedCall(req, timeout, "barrier " + key(k));
 }
 
 void TcpStore::addOnClose(const std::string& k, std::int64_t delta) {
   std::lock_guard lock(mutex_);
   ensureConnected();
-  wire::Request req;
-  req.op = wire::Op::kAddOnClose;
-  req.keys = {key(k)};
-  req.number = delta;
+  wire::Request req = makeRequest(wire::Op::kAddOnClose, {key(k)}, {}, delta);
   sendRequest(req, deadline());
 }
 
@@ -542,14 +517,9 @@ void TcpStore::lease(milliseconds quiet) {
 
 Bytes TcpStore::waitChange(const std::string& k, const Bytes& old, milliseconds timeout) {
   std::lock_guard lock(mutex_);
-  wire::Request req;
-  req.op = wire::Op::kWaitChange;
-  req.keys = {key(k)};
-  req.values = {old};
+  wire::Request req = makeRequest(wire::Op::kWaitChange, {key(k)}, {old});
   parkedCall(req, timeout, "wait for a change of " + key(k));
-  wire::Request get;
-  get.op = wire::Op::kGet;
-  get.keys = {key(k)};
+  wire::Request get = makeRequest(wire::Op::kGet, {key(k)});
   sendRequest(get, deadline());
   return readBytes(deadline(), "get " + key(k));
 }

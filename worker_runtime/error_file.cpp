@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <typeinfo>
 
+#include "rendezvous/file_util.h"
+
 namespace dtrun::worker {
 namespace {
 
@@ -120,22 +122,7 @@ ErrorRecord parseErrorRecord(std::string_view text) {
 }
 
 void writeErrorFile(const std::string& path, const ErrorRecord& record) {
-  const std::string text = formatErrorRecord(record);
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error("cannot write error file " + path + ": " + std::strerror(errno));
-  std::size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      throw Error("cannot write error file " + path + ": " + std::strerror(err));
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::close(fd) != 0)
-    throw Error("cannot write error file " + path + ": " + std::strerror(errno));
+  writeWholeFile(path, formatErrorRecord(record), 0644, "error file");
 }
 
 bool recordError(const std::string& errorFile, const ErrorRecord& record) noexcept {

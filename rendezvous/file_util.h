@@ -1,0 +1,41 @@
+// writeWholeFile: one small file written in full, with errors that name it. Header-only, so the
+// agent and worker_runtime (which takes only the store client's objects) share it.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "rendezvous/error.h"
+
+namespace dtrun {
+
+/// Creates or truncates `path` (mode `mode` when created) and writes all of `text`; throws
+/// dtrun::Error "cannot write <what> <path>: <reason>". Blocking; any thread.
+inline void writeWholeFile(const std::string& path, std::string_view text, mode_t mode,
+                           const std::string& what) {
+  auto fail = [&](int err) {
+    return Error("cannot write " + what + " " + path + ": " + std::strerror(err));
+  };
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) throw fail(errno);
+  std::size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      throw fail(err);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::close(fd) != 0) throw fail(errno);
+}
+
+}  // namespace dtrun
