@@ -50,6 +50,7 @@
 
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/wire.h"
+#include "scripts/bench/bench_net.h"
 
 namespace wire = dtrun::rendezvous::wire;
 using dtrun::rendezvous::joinedNodes;
@@ -479,27 +480,10 @@ int main(int argc, char** argv) {
   }
   if (port <= 0 || nodes <= 0) die(std::string("--port and --nodes are required\n") + usage);
 
-  // One descriptor per joiner: raise the soft limit to the hard one.
-  rlimit lim{};
-  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
-    lim.rlim_cur = lim.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &lim);
-  }
-  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < static_cast<rlim_t>(nodes) + 16) {
-    die("RLIMIT_NOFILE " + std::to_string(lim.rlim_cur) + " is too low for " +
-        std::to_string(nodes) + " joiners");
-  }
-
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res) {
-    die("cannot resolve " + host);
-  }
+  // One descriptor per connection.
+  if (auto why = dtrun::bench::reserveDescriptors(nodes, "joiners"); !why.empty()) die(why);
   sockaddr_in addr{};
-  std::memcpy(&addr, res->ai_addr, sizeof(addr));
-  ::freeaddrinfo(res);
+  if (!dtrun::bench::resolveIPv4(host, port, &addr)) die("cannot resolve " + host);
 
   Sim sim(addr, nodes, read, membership, run);
   sim.sourceAddresses_ = static_cast<std::size_t>(sourceAddresses);
