@@ -132,7 +132,8 @@ DynamicRendezvous::Outcome DynamicRendezvous::joinRound(std::int64_t round,
   }
   store_->set(roundKey(round, "node/" + std::to_string(groupRank)), nlohmann::json(me_).dump());
 
-  const std::int64_t expect = counter(roundKey(round, "expect"));
+  // Only a round opened by advance() knows how many nodes to expect back.
+  const std::int64_t expect = round > 0 ? counter(roundKey(round, "expect")) : 0;
   const int wanted = settings_.maxNodes;
   int joined = index + 1;
   std::optional<Clock::time_point> minSeen;
@@ -151,8 +152,11 @@ DynamicRendezvous::Outcome DynamicRendezvous::joinRound(std::int64_t round,
       store_->compareSet(closedKey, "", std::to_string(snapshot));
       break;
     }
-    if (store_->check({closedKey})) break;
-    if (Clock::now() >= deadline) timedOut(round, joined);
+    // The WAIT below returns at once when the round is closed; past the deadline, look first.
+    if (Clock::now() >= deadline) {
+      if (store_->check({closedKey})) break;
+      timedOut(round, joined);
+    }
     if (Clock::now() - lastProgress >= settings_.progressInterval) {
       lastProgress = Clock::now();
       log_->warn("rendezvous: waiting for nodes in round {}: {} joined (min {}, max {}); {} s left",

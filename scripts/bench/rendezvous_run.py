@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 
@@ -46,25 +47,32 @@ def spawn(argv, env, log_path):
 
 
 def wait_all(pids, timeout):
-    """{pid: exit status}; kills what is left after `timeout` seconds (status None)."""
+    """{pid: exit status}; kills what is left after `timeout` seconds (status None). Blocks in
+    waitpid rather than polling, so the harness takes no CPU from the agents it times."""
     status = {}
-    deadline = time.monotonic() + timeout
-    while len(status) < len(pids):
-        try:
-            pid, st = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            break
-        if pid == 0:
-            if time.monotonic() > deadline:
-                for p in pids:
-                    if p not in status:
-                        os.kill(p, signal.SIGKILL)
-                        status[p] = None
+    killed = set()
+
+    def kill_rest():
+        for p in pids:
+            if p not in status:
+                killed.add(p)
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    watchdog = threading.Timer(timeout, kill_rest)
+    watchdog.start()
+    try:
+        while len(status) < len(pids):
+            try:
+                pid, st = os.waitpid(-1, 0)
+            except ChildProcessError:
                 break
-            time.sleep(0.001)
-            continue
-        if pid in pids:
-            status[pid] = os.waitstatus_to_exitcode(st)
+            if pid in pids:
+                status[pid] = None if pid in killed else os.waitstatus_to_exitcode(st)
+    finally:
+        watchdog.cancel()
     return status
 
 
@@ -190,10 +198,13 @@ def main():
     parser.add_argument("--monitor-interval", type=float, default=0.1,
                         help="torchrun's --monitor_interval (1.13's default is 5)")
     parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--tmpdir", default=None,
+                        help="where each run's scratch directory goes (the agents' TMPDIR, hence "
+                             "their log trees, and their stdout files); default: the system's")
     args = parser.parse_args()
     failed = False
     for r in range(args.repeats):
-        workdir = tempfile.mkdtemp(prefix="dtrun-bench-rdzv-")
+        workdir = tempfile.mkdtemp(prefix="dtrun-bench-rdzv-", dir=args.tmpdir)
         try:
             if args.mode == "launch":
                 s = launch(args, workdir)
