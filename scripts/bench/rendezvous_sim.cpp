@@ -11,7 +11,8 @@
 //   COMPARE_SET(r0/role, "", role)                 do all nodes share a role? (before the ADD)
 //   ADD(r0/join, 1 << 32 | 1)                      index and rank offset, one round trip
 //   CHECK(r0/closed)                               late?
-//   SET(r0/node/<index>), ADD(r0/expect, 0)        its description; who is expected back
+//   SET(r0/node/<index>)                           its description (no reply; round 0 has no
+//                                                  r0/expect to read: nobody is expected back)
 //   the last joiner: ADD(r0/join, 0), COMPARE_SET(r0/closed, "", snapshot)   closes the round
 //   the others:      WAIT(r0/closed)
 //   GET(r0/closed)                                 world size
@@ -74,7 +75,6 @@ enum class Step {
   kRole,       // awaiting COMPARE_SET(role)
   kJoin,       // awaiting ADD(join)
   kCheck,      // awaiting CHECK(closed)
-  kExpect,     // awaiting ADD(expect, 0)
   kSnapshot,   // awaiting ADD(join, 0)      (the closer)
   kClose,      // awaiting COMPARE_SET       (the closer)
   kWait,       // awaiting WAIT(closed)      (everyone else)
@@ -325,21 +325,19 @@ class Sim {
       case Step::kCheck:
         if (!takeU8(j, &byte)) return false;
         if (byte == wire::kCheckReady) die("joiner " + std::to_string(i) + " came too late");
-        send(i,
-             encode(wire::Op::kSet, {key("r0/node/" + std::to_string(j.index))},
-                    {R"({"addr":"sim","host":"sim","nproc":1,"pid":)" + std::to_string(i) +
-                     R"(,"role":"default"})"}) +
-                 encode(wire::Op::kAdd, {key("r0/expect")}, {}, 0),
-             Step::kExpect);
-        return true;
-      case Step::kExpect:
-        if (!takeI64(j, &num)) return false;
+      {
+        // SET has no reply: it leaves together with the next request.
+        std::string set =
+            encode(wire::Op::kSet, {key("r0/node/" + std::to_string(j.index))},
+                   {R"({"addr":"sim","host":"sim","nproc":1,"pid":)" + std::to_string(i) +
+                    R"(,"role":"default"})"});
         if (j.index + 1 >= n) {
-          send(i, encode(wire::Op::kAdd, {key("r0/join")}, {}, 0), Step::kSnapshot);
+          send(i, set + encode(wire::Op::kAdd, {key("r0/join")}, {}, 0), Step::kSnapshot);
         } else {
-          send(i, encode(wire::Op::kWait, {key("r0/closed")}), Step::kWait);
+          send(i, set + encode(wire::Op::kWait, {key("r0/closed")}), Step::kWait);
         }
         return true;
+      }
       case Step::kSnapshot:
         if (!takeI64(j, &num)) return false;
         send(i, encode(wire::Op::kCompareSet, {key("r0/closed")}, {"", std::to_string(num)}),
