@@ -413,6 +413,15 @@ std::string chooseBackend(const Tokens& t, bool haveEndpoint) {
   return !haveEndpoint && legacy ? "static" : "c10d";
 }
 
+// Port 0 asks the OS for a free port, which only the agent that binds it learns.
+void rejectPortZeroForSeveralNodes(const Endpoint& ep, int maxNodes, const std::string& source) {
+  if (ep.port == 0 && maxNodes > 1) {
+    throw UsageError(source +
+                     ": port 0 with several nodes: the other nodes cannot find it; expected a "
+                     "port from 1 to 65535");
+  }
+}
+
 // The static backend's endpoint and checks (torchrun's get_rdzv_endpoint and the static
 // handler's): --rdzv-endpoint with a port, else master_addr:master_port.
 void resolveStaticEndpoint(LaunchConfig& cfg, const Tokens& t, const Given* endpoint) {
@@ -433,11 +442,8 @@ void resolveStaticEndpoint(LaunchConfig& cfg, const Tokens& t, const Given* endp
                      std::to_string(r.nodeRank) + "': expected an integer from 0 to " +
                      std::to_string(r.maxNodes - 1) + " (below --nnodes, static backend)");
   }
-  if (ep.port == 0 && r.maxNodes > 1) {
-    throw UsageError((endpoint ? endpoint->source : std::string("--master-port")) +
-                     ": port 0 with several nodes: the other nodes cannot find it; expected a "
-                     "port from 1 to 65535");
-  }
+  rejectPortZeroForSeveralNodes(ep, r.maxNodes,
+                                endpoint ? endpoint->source : std::string("--master-port"));
   // torch uses max_nodes as the world size and never checks the rest; say what happens.
   if (r.minNodes != r.maxNodes) {
     cfg.warnings.push_back("the static rendezvous backend waits for all " +
@@ -509,6 +515,7 @@ void resolveRendezvous(LaunchConfig& cfg, const Tokens& t) {
   }
   if (endpoint) {
     Endpoint ep = parseEndpoint(endpoint->source, endpoint->value, 29400);
+    rejectPortZeroForSeveralNodes(ep, r.maxNodes, endpoint->source);
     r.host = ep.host;
     r.port = ep.port;
   } else if (r.maxNodes == 1) {

@@ -719,6 +719,11 @@ TEST_CASE("backend, endpoint and run id: c10d by default, torchrun's static form
     CHECK_THAT(usageError({"--master-port", "0", "--nnodes", "2", "train.py"}),
                StartsWith("--master-port: port 0 with several nodes"));
     CHECK(parse({"--master-port", "0", "train.py"}).rdzv.port == 0);  // one node: fine
+    // The same for c10d: only the agent that binds port 0 would know the port.
+    CHECK(usageError({"--nnodes", "1:2", "--rdzv-endpoint", "localhost:0", "train.py"}) ==
+          "--rdzv-endpoint: port 0 with several nodes: the other nodes cannot find it; expected "
+          "a port from 1 to 65535");
+    CHECK(parse({"--rdzv-endpoint", "localhost:0", "train.py"}).rdzv.port == 0);
     CHECK_THAT(usageError({"--master-port", "65536", "train.py"}),
                StartsWith("--master-port: invalid value '65536'"));
     CHECK_THAT(usageError({"--master-addr", "", "train.py"}), StartsWith("--master-addr:"));
