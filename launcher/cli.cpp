@@ -492,11 +492,18 @@ void resolveRendezvous(LaunchConfig& cfg, const Tokens& t) {
     if (t.given("rdzv_backend") || t.given("rdzv_endpoint") || t.given("rdzv_id")) {
       cfg.warnings.push_back("--standalone ignores --rdzv-backend, --rdzv-endpoint and --rdzv-id");
     }
+    // The rendezvous listens on a free port that only this agent knows: nobody else can join.
+    const std::string nnodes = std::to_string(r.minNodes) + ":" + std::to_string(r.maxNodes);
+    if (r.minNodes > 1) {
+      throw UsageError("--standalone with --nnodes " + nnodes +
+                       ": a standalone job is one node (its rendezvous is on a free local port "
+                       "no other agent can know), so it would wait for nodes that can never "
+                       "join; give --rdzv-endpoint instead of --standalone");
+    }
     if (r.maxNodes > 1) {
-      cfg.warnings.push_back("--standalone with --nnodes " + std::to_string(r.minNodes) + ":" +
-                             std::to_string(r.maxNodes) +
-                             ": the rendezvous listens on a free localhost port, so no agent on "
-                             "another host can join");
+      cfg.warnings.push_back("--standalone with --nnodes " + nnodes +
+                             ": the rendezvous listens on a free local port that no other agent "
+                             "can know, so the job runs on this node alone");
     }
     r.backend = "c10d";
     r.host = "localhost";

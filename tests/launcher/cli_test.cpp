@@ -755,7 +755,12 @@ TEST_CASE("standalone overrides the rendezvous options", "[launcher][cli]") {
   CHECK_THAT(cfg.warnings[0], Contains("--standalone ignores"));
   CHECK(parse({"--standalone", "train.py"}).warnings.empty());
   CHECK(parse({"--standalone", "--master-addr", "x", "train.py"}).rdzv.backend == "c10d");
-  CHECK(parse({"--standalone", "--nnodes", "1:2", "train.py"}).warnings.size() == 1);
+  // With MIN 1 it runs alone after the last call; with MIN > 1 it could never start.
+  auto alone = parse({"--standalone", "--nnodes", "1:2", "train.py"});
+  REQUIRE(alone.warnings.size() == 1);
+  CHECK_THAT(alone.warnings[0], Contains("runs on this node alone"));
+  CHECK_THAT(usageError({"--standalone", "--nnodes", "2", "train.py"}),
+             StartsWith("--standalone with --nnodes 2:2: a standalone job is one node"));
   CHECK(parse({"--standalone", "train.py"}).rdzv.runId !=
         parse({"--standalone", "train.py"}).rdzv.runId);
 }

@@ -465,7 +465,7 @@ TEST_CASE("endpoint check: loopback with several hosts warns, otherwise quiet",
 
   // One agent, or --standalone: nothing to reach.
   CHECK_FALSE(loopbackEndpointWarning(config({"--rdzv-endpoint=localhost:1", "t.py"}), lo));
-  CHECK_FALSE(loopbackEndpointWarning(config({"--standalone", "--nnodes=2", "t.py"}), lo));
+  CHECK_FALSE(loopbackEndpointWarning(config({"--standalone", "--nnodes=1:2", "t.py"}), lo));
 
   // Under Slurm: only when the job spans several hosts.
   Env two = twoNodeEnv();
