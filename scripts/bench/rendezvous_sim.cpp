@@ -33,11 +33,9 @@
 // the moment every connection is up with --connect-first (the join protocol alone).
 // Exit status 0; 1 when it did not finish before --timeout-s or a check failed.
 #include <arpa/inet.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -325,19 +323,18 @@ class Sim {
       case Step::kCheck:
         if (!takeU8(j, &byte)) return false;
         if (byte == wire::kCheckReady) die("joiner " + std::to_string(i) + " came too late");
-      {
-        // SET has no reply: it leaves together with the next request.
-        std::string set =
-            encode(wire::Op::kSet, {key("r0/node/" + std::to_string(j.index))},
-                   {R"({"addr":"sim","host":"sim","nproc":1,"pid":)" + std::to_string(i) +
-                    R"(,"role":"default"})"});
-        if (j.index + 1 >= n) {
-          send(i, set + encode(wire::Op::kAdd, {key("r0/join")}, {}, 0), Step::kSnapshot);
-        } else {
-          send(i, set + encode(wire::Op::kWait, {key("r0/closed")}), Step::kWait);
+        {
+          // SET has no reply: it leaves together with the next request.
+          std::string set = encode(wire::Op::kSet, {key("r0/node/" + std::to_string(j.index))},
+                                   {R"({"addr":"sim","host":"sim","nproc":1,"pid":)" +
+                                    std::to_string(i) + R"(,"role":"default"})"});
+          if (j.index + 1 >= n) {
+            send(i, set + encode(wire::Op::kAdd, {key("r0/join")}, {}, 0), Step::kSnapshot);
+          } else {
+            send(i, set + encode(wire::Op::kWait, {key("r0/closed")}), Step::kWait);
+          }
+          return true;
         }
-        return true;
-      }
       case Step::kSnapshot:
         if (!takeI64(j, &num)) return false;
         send(i, encode(wire::Op::kCompareSet, {key("r0/closed")}, {"", std::to_string(num)}),

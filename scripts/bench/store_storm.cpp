@@ -14,11 +14,9 @@
 //   RESULT clients=K seconds=S retries=R
 // Exit status 0, or 1 when the storm did not finish before --timeout-s.
 #include <arpa/inet.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
