@@ -343,74 +343,37 @@ std::set<int> parseRankSet(const std::string& option, const std::string& text) {
   return out;
 }
 
-int countVisibleGpus(const std::filesystem::path& devDir,
-                     const std::optional<std::string>& cudaVisibleDevices) {
-  int raw = 0;
-  std::error_code ec;
-  for (std::filesystem::directory_iterator it(devDir, ec), end; !ec && it != end;
-       it.increment(ec)) {
-    std::string name = it->path().filename().string();
-    if (name.rfind("nvidia", 0) == 0 && allDigits(std::string_view(name).substr(6))) ++raw;
-  }
-  if (!cudaVisibleDevices || raw == 0) return raw;
-
-  // torch.cuda._parse_visible_devices, then the trim to the devices that exist.
-  const std::string& var = *cudaVisibleDevices;
-  auto items = split(var, ',');
-  for (const char* prefix : {"GPU-", "MIG-"}) {
-    if (var.rfind(prefix, 0) != 0) continue;
-    std::vector<std::string> seen;
-    for (const auto& item : items) {
-      if (std::find(seen.begin(), seen.end(), item) != seen.end()) return 0;
-      if (item.rfind(prefix, 0) != 0) break;
-      seen.push_back(item);
-    }
-    // UUIDs cannot be checked without NVML. A GPU has one UUID, but a GPU split by MIG shows
-    // several devices, so only GPU- lists are capped at the number of device files.
-    int n = static_cast<int>(seen.size());
-    return std::string(prefix) == "GPU-" ? std::min(n, raw) : n;
-  }
-  std::vector<long> ordinals;
-  for (const auto& item : items) {
-    // Like strtoul: the leading digits count ("1gpu" is 1); no digits or a '-' sign stops.
-    std::string s = trim(item);
-    std::size_t i = (!s.empty() && (s[0] == '+' || s[0] == '-')) ? 1 : 0;
-    std::size_t digits = i;
-    while (digits < s.size() && std::isdigit(static_cast<unsigned char>(s[digits]))) ++digits;
-    if (digits == i || digits - i > 9) break;
-    long v = std::stol(s.substr(0, digits));
-    if (v < 0) break;
-    if (std::find(ordinals.begin(), ordinals.end(), v) != ordinals.end()) return 0;
-    ordinals.push_back(v);
-  }
-  int n = 0;
-  while (n < static_cast<int>(ordinals.size()) && ordinals[n] < raw) ++n;
-  return n;
-}
-
-int parseNprocPerNode(const std::string& option, const std::string& text,
-                      const std::filesystem::path& devDir,
-                      const std::optional<std::string>& cudaVisibleDevices, int cpuCount) {
+int parseNprocPerNode(const std::string& option, const std::string& text, const DeviceDirs& dirs,
+                      const std::map<std::string, std::string>& env, int cpuCount) {
   const std::string& v = text;
   if (allDigits(v)) return static_cast<int>(parseInteger(option, v, 1, 1 << 16));
   if (v == "cpu") return cpuCount;
   if (v == "gpu") {
-    int n = countVisibleGpus(devDir, cudaVisibleDevices);
+    int n = countCudaDevices(dirs, env);
     if (n == 0) {
-      throw UsageError(option + ": gpu: no GPU found (no " + (devDir / "nvidiaN").string() +
-                       " device file, or CUDA_VISIBLE_DEVICES hides them); give a number instead");
+      throw UsageError(option + ": gpu: no GPU found (no " + (dirs.dev / "nvidiaN").string() +
+                       " device file nor AMD GPU, or CUDA_VISIBLE_DEVICES/HIP_VISIBLE_DEVICES "
+                       "hides them); give a number instead");
+    }
+    return n;
+  }
+  if (v == "xpu") {
+    int n = countIntelXpus(dirs.sys, env);
+    if (n == 0) {
+      throw UsageError(option +
+                       ": xpu: no Intel XPU found (no render node driven by i915 or xe, "
+                       "or ZE_AFFINITY_MASK hides them); give a number instead");
     }
     return n;
   }
   if (v == "auto") {
-    int n = countVisibleGpus(devDir, cudaVisibleDevices);
-    return n > 0 ? n : cpuCount;
-  }
-  if (v == "xpu") {
-    throw UsageError(option + ": xpu: dtrun cannot count XPU devices; give a number instead");
+    // torch.accelerator's order: CUDA (or ROCm), then XPU, else the CPUs.
+    if (int n = countCudaDevices(dirs, env); n > 0) return n;
+    if (int n = countIntelXpus(dirs.sys, env); n > 0) return n;
+    return cpuCount;
   }
   throw UsageError(option + ": invalid value '" + v +
-                   "': expected a positive integer, auto, cpu or gpu");
+                   "': expected a positive integer, auto, cpu, gpu or xpu");
 }
 
 void applyRendezvousConf(agent::RendezvousConfig& r, const std::string& option,

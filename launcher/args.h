@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "agent/launch_config.h"
+#include "launcher/device_count.h"
 #include "rendezvous/error.h"
 
 namespace dtrun::launcher {
@@ -88,18 +89,11 @@ std::vector<std::string> splitEscapedCommaList(const std::string& text);
 /// Parses a non-empty comma list of local ranks ("0,1,2") into a set.
 std::set<int> parseRankSet(const std::string& option, const std::string& text);
 
-/// Counts the GPUs a CUDA program would see, without CUDA: the /dev/nvidiaN device files in
-/// `devDir`, restricted by `cudaVisibleDevices` (unset = all) the way torch parses it: ordinals
-/// stop at the first negative or out-of-range entry, GPU-/MIG- UUID lists count their entries, and
-/// a repeated entry hides every device. Returns 0 when the directory cannot be read.
-int countVisibleGpus(const std::filesystem::path& devDir,
-                     const std::optional<std::string>& cudaVisibleDevices);
-
-/// Parses --nproc-per-node: a positive integer; cpu = `cpuCount`; gpu = countVisibleGpus (none is
-/// an error); auto = gpu when there is one, else cpu. Reads `devDir` only for gpu and auto.
-int parseNprocPerNode(const std::string& option, const std::string& text,
-                      const std::filesystem::path& devDir,
-                      const std::optional<std::string>& cudaVisibleDevices, int cpuCount);
+/// Parses --nproc-per-node: a positive integer; cpu = `cpuCount`; gpu = the CUDA (or ROCm)
+/// devices, xpu = the Intel XPUs (none is an error for both); auto = gpu, else xpu, else cpu, as
+/// torch.accelerator. Reads the device trees of `dirs` only for gpu, xpu and auto.
+int parseNprocPerNode(const std::string& option, const std::string& text, const DeviceDirs& dirs,
+                      const std::map<std::string, std::string>& env, int cpuCount);
 
 /// Parses --rdzv-conf into `r`: every key goes to r.conf as given, and torch's keys (spec §1.4:
 /// *_timeout and keep_alive_interval in seconds, keep_alive_max_attempt >= 1, is_host, use_libuv,

@@ -1,39 +1,35 @@
-// dtrun's command line: torchrun's options (spec §1), both spellings, unique-prefix
-// abbreviations, PET_* fallbacks, plus dtrun's own options, parsed once into a LaunchConfig.
+// dtrun's command line: torchrun's options, both spellings, unique-prefix abbreviations, PET_*
+// fallbacks, plus dtrun's own options and the hostfile options (launcher/hostfile.h), read by
+// the table-driven parser (launcher/option_parser.h) and resolved once into a LaunchConfig.
 //
-// The parser reads nothing but its arguments: argv, the environment as a map, and a HostProbe
-// for the two facts it needs from the machine (GPU device files, CPU count), so tests inject all
-// three. Errors are UsageErrors (launcher/args.h) with one line naming the option or variable.
+// The resolution reads nothing but its arguments: the parsed options, the environment as a map,
+// and a HostProbe for the facts it needs from the machine (device trees, CPU count, and for
+// --hostfile the working directory and dtrun's own path), so tests inject all of them. Errors
+// are UsageErrors (launcher/args.h) with one line naming the option or variable.
 #pragma once
 
-#include <exception>
 #include <filesystem>
 #include <map>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 #include "agent/launch_config.h"
 #include "launcher/args.h"
+#include "launcher/multi_host_plan.h"
+#include "launcher/option_parser.h"
 
 namespace dtrun::launcher {
 
-/// What the parser asks the machine; tests point it at a fake /dev and a fixed CPU count.
+/// What the resolution asks the machine; tests point it at fake trees and fixed values.
 struct HostProbe {
   std::filesystem::path devDir = "/dev";  ///< where /dev/nvidiaN device files are counted
+  std::filesystem::path sysDir = "/sys";  ///< where AMD (KFD) and Intel (DRM) GPUs are counted
   int cpuCount = 0;                       ///< 0: ask the OS (online CPUs, as os.cpu_count())
-};
-
-/// Thrown for -h/--help: text() is the help to print on stdout before exiting with code 0.
-class HelpRequested : public std::exception {
- public:
-  explicit HelpRequested(std::string text) : text_(std::move(text)) {}
-  const char* what() const noexcept override { return text_.c_str(); }
-  const std::string& text() const { return text_; }
-
- private:
-  std::string text_;
+  std::filesystem::path workDir;          ///< --hostfile: the remote working directory; "" = cwd
+  std::string selfExe;  ///< --hostfile: this dtrun's path on every host; "" = /proc/self/exe
 };
 
 /// torchrun's notice, logged once at warning level when LaunchConfig::ompNumThreadsSet is true.
@@ -44,6 +40,39 @@ inline constexpr std::string_view kOmpNumThreadsNotice =
     "your application as needed. \n"
     "*****************************************";
 
+/// torchrun's options and dtrun's own, in the order of torchrun's help (also `dtrun launch`'s).
+std::span<const OptionSpec> torchrunOptions();
+
+/// The parser of dtrun's main command line: torchrunOptions() then hostfileOptions().
+const OptionParser& mainParser();
+
+/// How a command's defaults differ from the main command's.
+struct InvocationRules {
+  /// torch.distributed.launch: the static rendezvous unless --rdzv-backend or --standalone says
+  /// otherwise, and a free port on a single node when --master-port is not given.
+  bool staticByDefault = false;
+  /// Inserted before the script's own arguments ("--local_rank=${local_rank}").
+  std::vector<std::string> scriptArgsPrefix;
+};
+
+/// What dtrun runs: this node's agent, or with --hostfile one agent per host over ssh.
+struct Invocation {
+  agent::LaunchConfig config;
+  std::optional<MultiHostPlan> multiHost;  ///< set with --hostfile
+};
+
+/// Resolves `parsed` (the environment already applied) into a LaunchConfig with torchrun's
+/// rules (run.py: run() and config_from_args()). Pure but for the device trees of `host`.
+agent::LaunchConfig resolveLaunchConfig(const ParsedOptions& parsed,
+                                        const std::map<std::string, std::string>& env,
+                                        const HostProbe& host, const InvocationRules& rules = {});
+
+/// resolveLaunchConfig, then with --hostfile the plan for every host (reads the hostfile and the
+/// .dtrun_env files). `parser` is the command's own, whose options are forwarded to the hosts.
+Invocation resolveInvocation(const OptionParser& parser, const ParsedOptions& parsed,
+                             const std::map<std::string, std::string>& env, const HostProbe& host,
+                             const InvocationRules& rules = {});
+
 /// Parses `args` (argv without argv[0]) and `env` (the launcher's environment) into a
 /// LaunchConfig. Does not block; throws UsageError for any bad option or value, HelpRequested
 /// for -h/--help. Everything after the training script is kept untouched in scriptArgs.
@@ -51,7 +80,7 @@ agent::LaunchConfig parseCommandLine(const std::vector<std::string>& args,
                                      const std::map<std::string, std::string>& env,
                                      const HostProbe& host);
 
-/// parseCommandLine with the real machine (/dev, the online CPU count).
+/// parseCommandLine with the real machine (/dev, /sys, the online CPU count).
 agent::LaunchConfig parseCommandLine(const std::vector<std::string>& args,
                                      const std::map<std::string, std::string>& env);
 

@@ -31,6 +31,7 @@ struct FakeHost {
   HostProbe probe;
   FakeHost() {
     probe.devDir = dev.path();
+    probe.sysDir = dev.path();
     probe.cpuCount = 8;
   }
   void addGpus(int n) {
@@ -499,16 +500,17 @@ TEST_CASE("nproc-per-node: int, cpu, gpu, auto", "[launcher][cli]") {
   CHECK(nproc("auto") == 8);  // no GPU: the CPUs
   CHECK(usageError({"--nproc-per-node", "gpu", "train.py"}, {}, &host.probe) ==
         "--nproc-per-node: gpu: no GPU found (no " + (host.dev.path() / "nvidiaN").string() +
-            " device file, or CUDA_VISIBLE_DEVICES hides them); give a number instead");
+            " device file nor AMD GPU, or CUDA_VISIBLE_DEVICES/HIP_VISIBLE_DEVICES hides them); "
+            "give a number instead");
   for (std::string bad : {"0", "-1", "two", "", "1.5", "GPU"}) {
     INFO(bad);
     CHECK_THAT(usageError({"--nproc-per-node", bad, "train.py"}),
                StartsWith("--nproc-per-node: ") &&
-                       Contains("expected a positive integer, auto, cpu or gpu") ||
+                       Contains("expected a positive integer, auto, cpu, gpu or xpu") ||
                    Contains("expected an integer from 1"));
   }
   CHECK_THAT(usageError({"--nproc_per_node", "xpu", "train.py"}),
-             StartsWith("--nproc_per_node: xpu:"));
+             StartsWith("--nproc_per_node: xpu: no Intel XPU found"));
 
   host.addGpus(4);
   CHECK(nproc("gpu") == 4);
