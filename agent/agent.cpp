@@ -65,28 +65,9 @@ std::vector<int> adoptedChildren(const std::set<int>& workers) {
   return found;
 }
 
-// torchrun's get_free_port(): bind port 0, read it back, close. Another process may take it
-// before the worker binds it; that race is torch's too, and why agent-store mode is the default.
-std::uint16_t pickFreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw Error(std::string("socket: ") + std::strerror(errno));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    int err = errno;
-    ::close(fd);
-    throw Error(std::string("cannot find a free port: ") + std::strerror(err));
-  }
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 }  // namespace
 
-Agent::Agent(boost::asio::io_context& io, const LaunchConfig& config, JobClient& job,
+Agent::Agent(boost::asio::io_context& io, const LaunchConfig& config, JobLink& job,
              AgentContext context, std::shared_ptr<spdlog::logger> log)
     : io_(io),
       config_(config),
@@ -183,24 +164,14 @@ void Agent::onJoined(const rendezvous::RoundInfo& round) {
                                      {"rank_offset", round.rankOffset},
                                      {"world_size", round.worldSize},
                                      {"nodes", nodes}});
-  if (config_.agentStore) {
-    startWorkers(context_.masterAddr, context_.masterPort);
-    return;
-  }
-  // torchrun 1.13's way: group rank 0 picks a free port on its host and its rank 0 worker
-  // serves the TCPStore there.
-  std::optional<std::string> mine;
-  if (round.groupRank == 0) mine = context_.localAddr + ":" + std::to_string(pickFreePort());
-  job_.exchangeMaster(round.round, mine, [this](Result<std::string> r) {
+  job_.workerStore(round, [this](Result<WorkerStore> r) {
     if (state_ != State::kJoining) return;
     if (!r.ok()) {
       log_->error("could not agree on MASTER_ADDR:MASTER_PORT: {}", r.message());
       finish(1);
       return;
     }
-    auto colon = r.value->rfind(':');
-    startWorkers(r.value->substr(0, colon),
-                 static_cast<std::uint16_t>(std::stoi(r.value->substr(colon + 1))));
+    startWorkers(r.value->addr, r.value->port);
   });
 }
 
@@ -541,7 +512,7 @@ void Agent::onState(const rendezvous::JobState& s) {
   }
   if (state_ == State::kDoneWaiting && s.done >= round_.groupWorldSize) {
     events_.record("shutdown", {{"reason", "succeeded"}, {"round", round_.round}});
-    if (context_.hostsStore && round_.groupWorldSize > 1) {
+    if (job_.servesOthers() && round_.groupWorldSize > 1) {
       // The others still need the store to see that the job is done; wait for them to go,
       // but not for ever.
       transition(State::kFinishing);
@@ -627,8 +598,8 @@ void Agent::onSignal(int signo) {
 
 void Agent::onStoreLost(const std::string& why) {
   if (state_ == State::kFinished) return;
-  if (state_ == State::kFinishing && context_.hostsStore) return;
-  log_->error("agent: lost the rendezvous store at {}: {}", job_.storeAddress(), why);
+  if (state_ == State::kFinishing && job_.servesOthers()) return;
+  log_->error("agent: lost the rendezvous {}: {}", job_.describe(), why);
   events_.record("shutdown", {{"reason", "store_lost"}, {"error", why}});
   shuttingDown_ = true;
   // The workers we stop now are not failures.

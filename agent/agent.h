@@ -1,6 +1,6 @@
 // Agent: the per-node elastic agent. It rendezvouses, starts the local workers, watches them and
 // the job, and restarts, stops or finishes. One io_context, one thread; store calls go through
-// JobClient's threads and come back as posted handlers.
+// C10dJob's threads and come back as posted handlers.
 //
 //   joining --(round closed)--> running --(all local workers exit 0)--> done_waiting
 //      ^                           |                                         |
@@ -26,7 +26,7 @@
 
 #include "agent/event_log.h"
 #include "agent/failure_report.h"
-#include "agent/job_client.h"
+#include "agent/job_link.h"
 #include "agent/launch_config.h"
 #include "agent/log_dir.h"
 #include "agent/log_forwarder.h"
@@ -37,19 +37,15 @@ namespace dtrun::agent {
 
 /// What the launcher worked out before the agent starts.
 struct AgentContext {
-  std::string hostname;    ///< this node's name in reports (torch: socket.getfqdn())
-  std::string localAddr;   ///< how other nodes reach this one (--local-addr, else hostname)
-  std::string masterAddr;  ///< agent-store mode: where workers find the store
-  std::uint16_t masterPort = 0;
-  bool hostsStore = false;             ///< this process serves the store: it leaves last
+  std::string hostname;                ///< this node's name in reports (torch: socket.getfqdn())
   const OrphanGuard* guard = nullptr;  ///< told about every worker process group
 };
 
 class Agent {
  public:
   /// Nothing starts until run(). `config` and `job` must outlive the agent.
-  Agent(boost::asio::io_context& io, const LaunchConfig& config, JobClient& job,
-        AgentContext context, std::shared_ptr<spdlog::logger> log);
+  Agent(boost::asio::io_context& io, const LaunchConfig& config, JobLink& job, AgentContext context,
+        std::shared_ptr<spdlog::logger> log);
   Agent(const Agent&) = delete;
   Agent& operator=(const Agent&) = delete;
 
@@ -91,7 +87,7 @@ class Agent {
 
   boost::asio::io_context& io_;
   const LaunchConfig& config_;
-  JobClient& job_;
+  JobLink& job_;
   AgentContext context_;
   std::shared_ptr<spdlog::logger> log_;
   LogDir logDir_;

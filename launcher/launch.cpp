@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "agent/agent.h"
-#include "agent/job_client.h"
+#include "agent/c10d_job.h"
 #include "launcher/cli.h"
 #include "launcher/endpoint_check.h"
 #include "launcher/logging.h"
@@ -134,7 +134,7 @@ int runLaunch(const agent::LaunchConfig& config) {
     }
   }
 
-  agent::JobClientOptions jc;
+  agent::C10dJobOptions jc;
   jc.store.host = hosted ? "127.0.0.1" : storeHost;
   jc.store.port = storePort;
   jc.store.connectTimeout = rdzv.joinTimeout;
@@ -153,18 +153,18 @@ int runLaunch(const agent::LaunchConfig& config) {
   jc.keepAliveInterval = rdzv.keepAliveInterval;
   jc.keepAliveMaxAttempt = rdzv.keepAliveMaxAttempt;
   jc.heartbeatTimeout = rdzv.heartbeatTimeout;
+  jc.agentStore = config.agentStore;
+  jc.workerStore = {config.standalone ? "127.0.0.1" : storeHost, storePort};
+  jc.localAddr = jc.me.addr;
+  jc.hostsStore = hosted != nullptr;
 
   agent::AgentContext context;
   context.hostname = jc.me.host;
-  context.localAddr = jc.me.addr;
-  context.hostsStore = hosted != nullptr;
-  context.masterAddr = config.standalone ? "127.0.0.1" : storeHost;
-  context.masterPort = storePort;
   context.guard = &guard;
 
   try {
     boost::asio::io_context io(1);
-    agent::JobClient job(io, jc, makeLogger("rdzv", config.logLevel));
+    agent::C10dJob job(io, jc, makeLogger("rdzv", config.logLevel));
     agent::Agent agent(io, config, job, context, agentLog);
     return agent.run();
   } catch (const std::exception& e) {

@@ -5,6 +5,7 @@
 #   ./scripts/setup.sh            packages + build
 #   DTRUN_SKIP_INSTALL=1 ...      build only
 #   DTRUN_BUILD_DIR=dir ...       build somewhere else than build/
+#   DTRUN_WERROR=ON ...           warnings are errors (scripts/test.sh and CI set it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,6 +38,7 @@ fi
 BUILD_DIR=${DTRUN_BUILD_DIR:-build}
 GEN=()
 if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]] && command -v ninja >/dev/null; then GEN=(-G Ninja); fi
-cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE="${DTRUN_BUILD_TYPE:-RelWithDebInfo}" >/dev/null
+cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE="${DTRUN_BUILD_TYPE:-RelWithDebInfo}" \
+  -DDTRUN_WERROR="${DTRUN_WERROR:-OFF}" >/dev/null
 cmake --build "$BUILD_DIR" -j "$(nproc)"
 echo "setup: built $BUILD_DIR/bin/dtrun"

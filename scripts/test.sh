@@ -4,7 +4,8 @@
 # e.g. ./scripts/test.sh -R store -V
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
+# Developers and CI build with warnings as errors; a user's build (demo.sh, setup.sh) does not.
+DTRUN_WERROR=${DTRUN_WERROR:-ON} ./scripts/setup.sh
 BUILD_DIR=${DTRUN_BUILD_DIR:-build}
 start=$(date +%s)
 ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 900 -j "${DTRUN_TEST_JOBS:-2}" "$@"

@@ -194,7 +194,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dtrun", default="build/bin/dtrun")
     parser.add_argument("--python", default="/usr/bin/python3")
-    parser.add_argument("--anchor", default="/work/shared/bench/torchrun_anchor.py")
+    parser.add_argument("--anchor", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                      "torchrun_anchor.py"))
     parser.add_argument("--monitor-interval", type=float, default=0.1,
                         help="torchrun's --monitor_interval (1.13's default is 5)")
     parser.add_argument("--timeout", type=float, default=300)

@@ -12,7 +12,10 @@ import subprocess
 import sys
 
 SKIP = 77  # ctest SKIP_RETURN_CODE
-ANCHOR = os.environ.get("DTRUN_TORCHRUN_ANCHOR", "/work/shared/bench/torchrun_anchor.py")
+ANCHOR = os.environ.get(
+    "DTRUN_TORCHRUN_ANCHOR",
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "bench",
+                 "torchrun_anchor.py"))
 
 
 def skip(why):

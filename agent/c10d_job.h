@@ -1,4 +1,5 @@
-// JobClient: the agent's only way to the store, so that the agent's io thread never blocks.
+// C10dJob: the JobLink of the c10d and static backends (dtrun's store), so that the agent's io
+// thread never blocks on the store.
 //
 // Three connections to the job's store, each owned by one thread:
 //   ops         the store thread runs queued jobs (rendezvous, reports, state reads) one by one
@@ -25,32 +26,14 @@
 #include <thread>
 #include <variant>
 
+#include "agent/job_link.h"
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/prefix_store.h"
 #include "rendezvous/tcp_store.h"
 
 namespace dtrun::agent {
 
-/// A value or the exception a store job threw.
-template <typename T>
-struct Result {
-  std::optional<T> value;
-  std::exception_ptr error;
-  bool ok() const { return !error; }
-  /// The error's what(), or "".
-  std::string message() const {
-    if (!error) return "";
-    try {
-      std::rethrow_exception(error);
-    } catch (const std::exception& e) {
-      return e.what();
-    } catch (...) {
-      return "unknown error";
-    }
-  }
-};
-
-struct JobClientOptions {
+struct C10dJobOptions {
   rendezvous::TcpStoreOptions store;  ///< where the store is; timeout = read_timeout
   std::string runId;
   rendezvous::NodeInfo me;
@@ -58,51 +41,50 @@ struct JobClientOptions {
   std::chrono::milliseconds keepAliveInterval = std::chrono::seconds(5);
   int keepAliveMaxAttempt = 3;
   std::chrono::milliseconds heartbeatTimeout = std::chrono::seconds(5);
+  /// Agent-store mode (the default): every round's workers use the job's store itself, found
+  /// at `workerStore`. Otherwise (torchrun 1.13's mode) group rank 0 picks a free port on
+  /// `localAddr` and its rank 0 worker serves the store there.
+  bool agentStore = true;
+  WorkerStore workerStore;
+  std::string localAddr;
+  /// This process serves the job's store: it leaves after the other nodes (servesOthers()).
+  bool hostsStore = false;
 };
 
-class JobClient {
+class C10dJob : public JobLink {
  public:
   /// Connects all three connections (blocking, up to the store's connect timeout; throws
   /// ConnectionError naming the store) and starts the store and heartbeat threads.
-  JobClient(boost::asio::io_context& io, JobClientOptions options,
-            std::shared_ptr<spdlog::logger> log);
+  C10dJob(boost::asio::io_context& io, C10dJobOptions options, std::shared_ptr<spdlog::logger> log);
   /// Interrupts the connections and joins the threads.
-  ~JobClient();
-  JobClient(const JobClient&) = delete;
-  JobClient& operator=(const JobClient&) = delete;
+  ~C10dJob() override;
+  C10dJob(const C10dJob&) = delete;
+  C10dJob& operator=(const C10dJob&) = delete;
 
-  // Each call queues a job for the store thread; `done` runs later on the io thread.
-  /// Rendezvous until this node is in a closed round.
-  void join(std::function<void(Result<rendezvous::RoundInfo>)> done);
-  /// The job's state as seen from `round`.
-  void state(std::int64_t round, std::function<void(Result<rendezvous::JobState>)> done);
-  /// Records a failure of `round` (JSON) and ends the round (counted as a failure restart).
+  // JobLink (agent/job_link.h). Each call queues a job for the store thread; `done` runs later
+  // on the io thread.
+  void watch(std::function<void()> onChange, std::function<void(std::string)> onLost) override;
+  void join(std::function<void(Result<rendezvous::RoundInfo>)> done) override;
+  /// Agent-store mode: the job's store. Otherwise group rank 0 publishes "addr:port" of a free
+  /// port on its host, and the others read it.
+  void workerStore(const rendezvous::RoundInfo& round,
+                   std::function<void(Result<WorkerStore>)> done) override;
+  void state(std::int64_t round, std::function<void(Result<rendezvous::JobState>)> done) override;
   void reportFailure(std::int64_t round, std::string failureJson, int maxRestarts,
-                     std::function<void(Result<bool>)> done);
-  /// Ends `round` because membership changed (not counted as a failure).
-  void advance(std::int64_t round, std::function<void(Result<bool>)> done);
-  /// This node's workers all succeeded in `round` of `groupWorldSize` nodes.
+                     std::function<void(Result<bool>)> done) override;
+  void advance(std::int64_t round, std::function<void(Result<bool>)> done) override;
   void markDone(std::int64_t round, int groupWorldSize,
-                std::function<void(Result<std::int64_t>)> done);
-  /// Every failure recorded for `round`.
-  void failures(std::int64_t round, std::function<void(Result<std::vector<std::string>>)> done);
-  /// Tells native workers (worker_runtime) of `round` to abort their collectives: `reason`.
-  /// `done` runs on the io thread once the key is set (or setting it failed).
-  void abortWorkers(std::int64_t round, std::string reason, std::function<void()> done);
-  /// --no-agent-store: group rank 0 publishes "addr:port", the others read it.
-  void exchangeMaster(std::int64_t round, std::optional<std::string> mine,
-                      std::function<void(Result<std::string>)> done);
-
-  /// Starts the watch thread (once): `onChange` runs on the io thread after every change of the
-  /// job's epoch; `onLost(why)` once when the store is unreachable (watch or heartbeat failed).
-  void watch(std::function<void()> onChange, std::function<void(std::string)> onLost);
-
+                std::function<void(Result<std::int64_t>)> done) override;
+  void failures(std::int64_t round,
+                std::function<void(Result<std::vector<std::string>>)> done) override;
+  /// Sets the round's abort key (worker_runtime watches it) and confirms the server has it.
+  void abortWorkers(std::int64_t round, std::string reason, std::function<void()> done) override;
+  bool servesOthers() const override { return options_.hostsStore; }
   /// Cancels a join in progress and stops every thread (the connections close, so the other
-  /// nodes see this node leave). Io thread.
-  void close();
-
-  /// "host:port" of the store.
-  const std::string& storeAddress() const { return address_; }
+  /// nodes see this node leave).
+  void close() override;
+  /// "store at host:port".
+  std::string describe() const override { return "store at " + address_; }
 
  private:
   using Job = std::function<void()>;
@@ -117,7 +99,7 @@ class JobClient {
   std::string classifyHeartbeatFailure(const std::string& error);
 
   boost::asio::io_context& io_;
-  JobClientOptions options_;
+  C10dJobOptions options_;
   std::shared_ptr<spdlog::logger> log_;
   std::string address_;
   std::string jobPrefix_;

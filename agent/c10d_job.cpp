@@ -1,19 +1,47 @@
-#include "agent/job_client.h"
+#include "agent/c10d_job.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <boost/asio/post.hpp>
+#include <cstring>
 
 #include "rendezvous/error.h"
+#include "rendezvous/store_core.h"
 #include "worker_runtime/include/dtrun/worker/abort_key.h"
 
 namespace dtrun::agent {
+namespace {
+
+// torchrun's get_free_port(): bind port 0, read it back, close. Another process may take it
+// before the worker binds it; that race is torch's too, and why agent-store mode is the default.
+std::uint16_t pickFreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw Error(std::string("socket: ") + std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    int err = errno;
+    ::close(fd);
+    throw Error(std::string("cannot find a free port: ") + std::strerror(err));
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+}  // namespace
 
 using rendezvous::DynamicRendezvous;
 using rendezvous::Store;
 using rendezvous::TcpStore;
 using rendezvous::TcpStoreOptions;
 
-JobClient::JobClient(boost::asio::io_context& io, JobClientOptions options,
-                     std::shared_ptr<spdlog::logger> log)
+C10dJob::C10dJob(boost::asio::io_context& io, C10dJobOptions options,
+                 std::shared_ptr<spdlog::logger> log)
     : io_(io),
       options_(std::move(options)),
       log_(std::move(log)),
@@ -44,9 +72,9 @@ JobClient::JobClient(boost::asio::io_context& io, JobClientOptions options,
   heartbeatThread_ = std::thread([this] { heartbeatLoop(); });
 }
 
-JobClient::~JobClient() { close(); }
+C10dJob::~C10dJob() { close(); }
 
-void JobClient::close() {
+void C10dJob::close() {
   if (stopping_.exchange(true)) return;
   {
     std::lock_guard lock(mutex_);
@@ -61,7 +89,7 @@ void JobClient::close() {
   }
 }
 
-void JobClient::enqueue(Job job) {
+void C10dJob::enqueue(Job job) {
   {
     std::lock_guard lock(mutex_);
     if (stopping_) return;
@@ -71,7 +99,7 @@ void JobClient::enqueue(Job job) {
 }
 
 template <typename T, typename F>
-void JobClient::run(F work, std::function<void(Result<T>)> done) {
+void C10dJob::run(F work, std::function<void(Result<T>)> done) {
   enqueue([this, work = std::move(work), done = std::move(done)]() mutable {
     Result<T> r;
     try {
@@ -84,7 +112,7 @@ void JobClient::run(F work, std::function<void(Result<T>)> done) {
   });
 }
 
-void JobClient::storeLoop() {
+void C10dJob::storeLoop() {
   for (;;) {
     Job job;
     {
@@ -98,7 +126,7 @@ void JobClient::storeLoop() {
   }
 }
 
-void JobClient::heartbeatLoop() {
+void C10dJob::heartbeatLoop() {
   std::unique_lock lock(mutex_);
   while (!stopping_) {
     cv_.wait_for(lock, options_.keepAliveInterval, [this] { return stopping_.load(); });
@@ -114,7 +142,7 @@ void JobClient::heartbeatLoop() {
   }
 }
 
-std::string JobClient::classifyHeartbeatFailure(const std::string& error) {
+std::string C10dJob::classifyHeartbeatFailure(const std::string& error) {
   // The membership connection is gone. Either the store is, or the store dropped this agent for
   // silence (it was stopped, or cut off, for longer than its lease): a fresh connection tells.
   TcpStoreOptions probe = options_.store;
@@ -131,7 +159,7 @@ std::string JobClient::classifyHeartbeatFailure(const std::string& error) {
          "without it";
 }
 
-void JobClient::watchLoop() {
+void C10dJob::watchLoop() {
   const std::string key = job_->joinKey(DynamicRendezvous::epochKey());
   try {
     std::string seen = std::to_string(watcher_->add(key, 0));
@@ -146,30 +174,30 @@ void JobClient::watchLoop() {
   }
 }
 
-void JobClient::lost(const std::string& why) {
+void C10dJob::lost(const std::string& why) {
   if (stopping_ || lostReported_.exchange(true)) return;
   boost::asio::post(io_, [this, why] {
     if (onLost_) onLost_(why);
   });
 }
 
-void JobClient::watch(std::function<void()> onChange, std::function<void(std::string)> onLost) {
+void C10dJob::watch(std::function<void()> onChange, std::function<void(std::string)> onLost) {
   if (watchThread_.joinable()) return;
   onChange_ = std::move(onChange);
   onLost_ = std::move(onLost);
   watchThread_ = std::thread([this] { watchLoop(); });
 }
 
-void JobClient::join(std::function<void(Result<rendezvous::RoundInfo>)> done) {
+void C10dJob::join(std::function<void(Result<rendezvous::RoundInfo>)> done) {
   run<rendezvous::RoundInfo>([this] { return rdzv_->join(); }, std::move(done));
 }
 
-void JobClient::state(std::int64_t round, std::function<void(Result<rendezvous::JobState>)> done) {
+void C10dJob::state(std::int64_t round, std::function<void(Result<rendezvous::JobState>)> done) {
   run<rendezvous::JobState>([this, round] { return rdzv_->state(round); }, std::move(done));
 }
 
-void JobClient::reportFailure(std::int64_t round, std::string failureJson, int maxRestarts,
-                              std::function<void(Result<bool>)> done) {
+void C10dJob::reportFailure(std::int64_t round, std::string failureJson, int maxRestarts,
+                            std::function<void(Result<bool>)> done) {
   run<bool>(
       [this, round, failureJson = std::move(failureJson), maxRestarts] {
         rdzv_->reportFailure(round, failureJson);
@@ -178,25 +206,25 @@ void JobClient::reportFailure(std::int64_t round, std::string failureJson, int m
       std::move(done));
 }
 
-void JobClient::advance(std::int64_t round, std::function<void(Result<bool>)> done) {
+void C10dJob::advance(std::int64_t round, std::function<void(Result<bool>)> done) {
   run<bool>(
       [this, round] { return rdzv_->advance(round, rendezvous::AdvanceReason::kMembership, 0); },
       std::move(done));
 }
 
-void JobClient::markDone(std::int64_t round, int groupWorldSize,
-                         std::function<void(Result<std::int64_t>)> done) {
+void C10dJob::markDone(std::int64_t round, int groupWorldSize,
+                       std::function<void(Result<std::int64_t>)> done) {
   run<std::int64_t>(
       [this, round, groupWorldSize] { return rdzv_->markDone(round, groupWorldSize); },
       std::move(done));
 }
 
-void JobClient::failures(std::int64_t round,
-                         std::function<void(Result<std::vector<std::string>>)> done) {
+void C10dJob::failures(std::int64_t round,
+                       std::function<void(Result<std::vector<std::string>>)> done) {
   run<std::vector<std::string>>([this, round] { return rdzv_->failures(round); }, std::move(done));
 }
 
-void JobClient::abortWorkers(std::int64_t round, std::string reason, std::function<void()> done) {
+void C10dJob::abortWorkers(std::int64_t round, std::string reason, std::function<void()> done) {
   run<bool>(
       [this, round, reason = std::move(reason)] {
         // Not under the job prefix: worker_runtime watches this key (abort_key.h). SET has no
@@ -213,16 +241,37 @@ void JobClient::abortWorkers(std::int64_t round, std::string reason, std::functi
       });
 }
 
-void JobClient::exchangeMaster(std::int64_t round, std::optional<std::string> mine,
-                               std::function<void(Result<std::string>)> done) {
-  run<std::string>(
-      [this, round, mine = std::move(mine)] {
-        const std::string key = DynamicRendezvous::roundKey(round, "master");
+void C10dJob::workerStore(const rendezvous::RoundInfo& round,
+                          std::function<void(Result<WorkerStore>)> done) {
+  if (options_.agentStore) {
+    boost::asio::post(io_, [ws = options_.workerStore, done = std::move(done)] {
+      done(Result<WorkerStore>::success(ws));
+    });
+    return;
+  }
+  // torchrun 1.13's way: group rank 0 picks a free port on its host and its rank 0 worker serves
+  // the TCPStore there; the others read "addr:port" from the round's key.
+  std::optional<std::string> mine;
+  if (round.groupRank == 0) mine = options_.localAddr + ":" + std::to_string(pickFreePort());
+  run<WorkerStore>(
+      [this, r = round.round, mine = std::move(mine)] {
+        const std::string key = DynamicRendezvous::roundKey(r, "master");
+        std::string value;
         if (mine) {
           job_->set(key, *mine);
-          return *mine;
+          value = *mine;
+        } else {
+          value = job_->get(key, options_.rendezvous.joinTimeout);
         }
-        return job_->get(key, options_.rendezvous.joinTimeout);
+        const auto colon = value.rfind(':');
+        const auto port = colon == std::string::npos
+                              ? std::nullopt
+                              : rendezvous::parseDecimal(value.substr(colon + 1));
+        if (!port || *port <= 0 || *port > 65535) {
+          throw ProtocolError("round " + std::to_string(r) + ": MASTER_ADDR:MASTER_PORT '" + value +
+                              "' in the store is not host:port");
+        }
+        return WorkerStore{value.substr(0, colon), static_cast<std::uint16_t>(*port)};
       },
       std::move(done));
 }
