@@ -75,7 +75,8 @@ Agent::Agent(boost::asio::io_context& io, const LaunchConfig& config, JobLink& j
       context_(std::move(context)),
       log_(std::move(log)),
       logDir_(config.logDir, config.rdzv.runId),
-      events_(config.eventLog),
+      // --event-log-handler console: torchrun's console handler prints each event on stderr.
+      events_(config.eventLog, config.eventLogHandler == "console" ? STDERR_FILENO : -1),
       workers_(io),
       forwarder_(io),
       signals_(io),
@@ -291,10 +292,6 @@ std::vector<std::string> Agent::workerEnv(int localRank, const std::string& mast
       if (g < round_.groupRank) roleRank += round_.nodes[g].nproc;
     }
   }
-  auto inherit = [&](const char* name, const char* fallback) {
-    auto it = config_.baseEnv.find(name);
-    env[name] = it == config_.baseEnv.end() ? fallback : it->second;
-  };
   env["LOCAL_RANK"] = std::to_string(config_.virtualLocalRank ? 0 : localRank);
   env["RANK"] = std::to_string(rank);
   env["GROUP_RANK"] = std::to_string(round_.groupRank);
@@ -310,8 +307,8 @@ std::vector<std::string> Agent::workerEnv(int localRank, const std::string& mast
   env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(config_.maxRestarts);
   env["TORCHELASTIC_RUN_ID"] = config_.rdzv.runId;
   env["TORCHELASTIC_USE_AGENT_STORE"] = config_.agentStore ? "True" : "False";
-  inherit("NCCL_ASYNC_ERROR_HANDLING", "1");        // torch 1.13 reads this one
-  inherit("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");  // newer torch reads this one
+  // (TORCH_)NCCL_ASYNC_ERROR_HANDLING: baseEnv holds the name the workers' torch reads, as the
+  // launcher chose it (launcher/torch_probe.h).
   env["TORCHELASTIC_ERROR_FILE"] = logDir_.errorFilePath(static_cast<int>(round_.round), localRank);
   env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = signalList(config_.signalsToHandle);
   if (config_.virtualLocalRank) {

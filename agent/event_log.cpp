@@ -33,7 +33,7 @@ std::string formatUtcIso8601Ms(std::chrono::system_clock::time_point when) {
   return buf;
 }
 
-EventLog::EventLog(const std::string& path) : path_(path) {
+EventLog::EventLog(const std::string& path, int consoleFd) : consoleFd_(consoleFd), path_(path) {
   if (path.empty()) return;
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd_ < 0) {
@@ -47,12 +47,15 @@ EventLog::~EventLog() {
 }
 
 EventLog::EventLog(EventLog&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)), path_(std::move(other.path_)) {}
+    : fd_(std::exchange(other.fd_, -1)),
+      consoleFd_(std::exchange(other.consoleFd_, -1)),
+      path_(std::move(other.path_)) {}
 
 EventLog& EventLog::operator=(EventLog&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = std::exchange(other.fd_, -1);
+    consoleFd_ = std::exchange(other.consoleFd_, -1);
     path_ = std::move(other.path_);
   }
   return *this;
@@ -79,13 +82,13 @@ std::string EventLog::formatLine(std::string_view event, const nlohmann::json& f
 }
 
 bool EventLog::record(std::string_view event, const nlohmann::json& fields) {
-  if (fd_ < 0) return false;
+  if (!enabled()) return false;
   return record(event, fields, std::chrono::system_clock::now());
 }
 
 bool EventLog::record(std::string_view event, const nlohmann::json& fields,
                       std::chrono::system_clock::time_point when) {
-  if (fd_ < 0) return false;
+  if (!enabled()) return false;
   std::string line;
   try {
     line = formatLine(event, fields, when);
@@ -97,11 +100,15 @@ bool EventLog::record(std::string_view event, const nlohmann::json& fields,
   // file, so concurrent writers (other agents, a previous attempt) never split a line. A short
   // write only happens on a full disk; the rest is not retried, since a second write could land
   // after someone else's line.
-  for (;;) {
-    ssize_t n = ::write(fd_, line.data(), line.size());
-    if (n < 0 && errno == EINTR) continue;
-    return n == static_cast<ssize_t>(line.size());
-  }
+  auto writeLine = [&](int fd) {
+    for (;;) {
+      ssize_t n = ::write(fd, line.data(), line.size());
+      if (n < 0 && errno == EINTR) continue;
+      return n == static_cast<ssize_t>(line.size());
+    }
+  };
+  bool console = consoleFd_ >= 0 && writeLine(consoleFd_);
+  return fd_ >= 0 ? writeLine(fd_) : console;
 }
 
 }  // namespace dtrun::agent

@@ -6,6 +6,9 @@
 // caller's fields. Each line is appended with a single write(2) on an O_APPEND descriptor, so
 // several agents (or restarts) may share one file and lines never interleave. Event names in use:
 // rendezvous_done, worker_started, worker_exited, restart_decided, shutdown.
+//
+// With a console descriptor (--event-log-handler console, torchrun's console handler), every
+// line also goes there, one write(2) each, so lines from several processes never interleave.
 #pragma once
 
 #include <chrono>
@@ -19,21 +22,22 @@ class EventLog {
  public:
   /// A disabled log: record() does nothing and costs nothing.
   EventLog() = default;
-  /// Opens `path` for appending (created 0644 if missing); "" = disabled. Blocking; throws
-  /// ConfigError naming the file when it cannot be opened.
-  explicit EventLog(const std::string& path);
+  /// Opens `path` for appending (created 0644 if missing); "" = no file. Every line also goes to
+  /// `consoleFd` when it is >= 0 (not owned). Blocking; throws ConfigError naming the file when
+  /// it cannot be opened.
+  explicit EventLog(const std::string& path, int consoleFd = -1);
   ~EventLog();
   EventLog(const EventLog&) = delete;
   EventLog& operator=(const EventLog&) = delete;
   EventLog(EventLog&& other) noexcept;
   EventLog& operator=(EventLog&& other) noexcept;
 
-  /// True when a file is open.
-  bool enabled() const { return fd_ >= 0; }
+  /// True when a file is open or a console is given.
+  bool enabled() const { return fd_ >= 0 || consoleFd_ >= 0; }
   /// Appends one line for `event` now. `fields` must be an object (anything else is recorded
   /// under "value"); its keys "event", "time" and "ts" are ignored. One write(2) to a local file
   /// (blocking); owner's thread only. Never throws: returns false when the line was not
-  /// written (disabled, or the write failed).
+  /// written (disabled, or the write to the file, else to the console, failed).
   bool record(std::string_view event, const nlohmann::json& fields = nlohmann::json::object());
   /// The same at a given time (tests, replays).
   bool record(std::string_view event, const nlohmann::json& fields,
@@ -45,6 +49,7 @@ class EventLog {
 
  private:
   int fd_ = -1;
+  int consoleFd_ = -1;
   std::string path_;
 };
 

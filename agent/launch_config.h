@@ -40,7 +40,8 @@ struct RendezvousConfig {
   std::chrono::milliseconds keepAliveInterval = std::chrono::seconds(5);
   int keepAliveMaxAttempt = 3;
   std::chrono::milliseconds readTimeout = std::chrono::seconds(60);
-  std::chrono::milliseconds storeTimeout = std::chrono::seconds(900);  ///< rdzv-conf "timeout"
+  /// rdzv-conf "timeout": the static backend's join timeout (torch's static_tcp_rendezvous: 600)
+  std::chrono::milliseconds storeTimeout = std::chrono::seconds(600);
   std::optional<bool> isHost;  ///< rdzv-conf is_host; unset = decide from the endpoint host
   std::map<std::string, std::string> conf;  ///< every --rdzv-conf key as given
   // Static backend (torchrun's legacy mode).
@@ -72,6 +73,7 @@ struct LaunchConfig {
   bool virtualLocalRank = false;
   bool agentStore = true;  ///< false: worker rank 0 hosts MASTER_PORT, as torchrun 1.13
   bool standalone = false;
+  bool stopOnStdinClose = false;  ///< --stop-on-stdin-close (the launcher watches stdin)
 
   RendezvousConfig rdzv;
 

@@ -433,6 +433,7 @@ void resolveLogs(LaunchConfig& cfg, const ParsedOptions& t) {
 
 // --event-log, --log-line-prefix-template, --no-agent-store, --log-level.
 void resolveDtrunOptions(LaunchConfig& cfg, const ParsedOptions& t, const Env& env) {
+  cfg.stopOnStdinClose = t.flag("stop_on_stdin_close");
   if (const auto* g = t.value("event_log")) cfg.eventLog = g->value;
   if (const auto* g = t.value("log_line_prefix_template")) {
     checkLogLinePrefixTemplate(g->source, g->value);

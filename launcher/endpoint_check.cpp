@@ -125,6 +125,24 @@ std::vector<std::string> resolveHost(const std::string& host) {
   return out;
 }
 
+void warnIfEndpointDoesNotResolve(const std::string& host, std::uint16_t port,
+                                  std::chrono::milliseconds timeout, spdlog::logger& log) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  int gai = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (gai == 0) {
+    ::freeaddrinfo(res);
+    return;
+  }
+  log.warn(
+      "rendezvous host '{}' does not resolve on this machine ({}); dtrun keeps trying to reach "
+      "{}:{} until the join timeout ({} s): check the name, or give an address",
+      host, ::gai_strerror(gai), host, port,
+      std::chrono::ceil<std::chrono::seconds>(timeout).count());
+}
+
 void warnIfEndpointIsLoopback(const agent::LaunchConfig& config, spdlog::logger& log) {
   // Cheap checks first: no resolver call for single-agent jobs.
   if (config.standalone || config.rdzv.maxNodes <= 1) return;

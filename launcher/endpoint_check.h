@@ -12,6 +12,8 @@
 
 #include <spdlog/logger.h>
 
+#include <chrono>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -43,6 +45,12 @@ bool isLoopbackAddress(const std::string& addr);
 /// Every address `host` resolves to on this machine, as text (empty when it does not resolve).
 /// Blocks on the resolver (DNS).
 std::vector<std::string> resolveHost(const std::string& host);
+
+/// Before an agent connects to a store it does not serve: when `host` does not resolve here, logs
+/// one warning naming the host, the resolver's answer, and what dtrun keeps trying until
+/// `timeout` (the join timeout), so the wait is not silent. Blocks on the resolver.
+void warnIfEndpointDoesNotResolve(const std::string& host, std::uint16_t port,
+                                  std::chrono::milliseconds timeout, spdlog::logger& log);
 
 /// Resolves the rendezvous host of `config` and logs loopbackEndpointWarning at warning level.
 /// Call once before joining, on the launcher's thread; blocks on the resolver.

@@ -5,10 +5,14 @@
 #include <netdb.h>
 #include <unistd.h>
 
+#include <array>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
+#include <csignal>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -17,6 +21,7 @@
 #include "launcher/cli.h"
 #include "launcher/endpoint_check.h"
 #include "launcher/logging.h"
+#include "launcher/torch_probe.h"
 #include "rendezvous/error.h"
 #include "rendezvous/store_server.h"
 
@@ -92,10 +97,50 @@ bool matchesThisMachine(const std::string& host) {
   return false;
 }
 
-int runLaunch(const agent::LaunchConfig& config) {
+namespace {
+
+// --stop-on-stdin-close: the read that sees the end of standard input raises SIGTERM, which the
+// agent handles like any other SIGTERM (workers stopped, exit code reported). Lives on `io`.
+class StdinWatch {
+ public:
+  StdinWatch(boost::asio::io_context& io, spdlog::logger& log) : in_(io), log_(log) {
+    int fd = ::dup(STDIN_FILENO);
+    boost::system::error_code ec;
+    if (fd >= 0) in_.assign(fd, ec);
+    if (fd < 0 || ec) {
+      if (fd >= 0) ::close(fd);
+      throw ConfigError(
+          "--stop-on-stdin-close: standard input cannot be watched (it must be a pipe, a socket "
+          "or a terminal)");
+    }
+    read();
+  }
+
+ private:
+  void read() {
+    in_.async_read_some(
+        boost::asio::buffer(buf_), [this](boost::system::error_code ec, std::size_t) {
+          if (ec == boost::asio::error::operation_aborted) return;
+          if (!ec) return read();
+          log_.warn("standard input closed (--stop-on-stdin-close): stopping the job");
+          ::kill(::getpid(), SIGTERM);
+        });
+  }
+
+  boost::asio::posix::stream_descriptor in_;
+  spdlog::logger& log_;
+  std::array<char, 256> buf_{};
+};
+
+}  // namespace
+
+int runLaunch(const agent::LaunchConfig& parsedConfig) {
   // First, while this process has one thread and no sockets: the guard that kills the workers'
   // process groups if dtrun itself is killed.
   agent::OrphanGuard guard = agent::OrphanGuard::start();
+  agent::LaunchConfig config = parsedConfig;
+  // The NCCL async error handling variable(s) the workers' torch reads (launcher/torch_probe.h).
+  addNcclAsyncErrorHandling(config.baseEnv, std::nullopt);
   auto agentLog = makeLogger("agent", config.logLevel);
   auto storeLog = makeLogger("store", config.logLevel);
   for (const auto& w : config.warnings) agentLog->warn("{}", w);
@@ -134,10 +179,16 @@ int runLaunch(const agent::LaunchConfig& config) {
     }
   }
 
+  // torch's static rendezvous waits for its nodes as long as its store's `timeout` (600 s), and
+  // reads no join_timeout; dtrun's static backend does the same unless join_timeout is given.
+  const auto joinTimeout =
+      isStatic && !rdzv.conf.count("join_timeout") ? rdzv.storeTimeout : rdzv.joinTimeout;
+  if (!hosted) warnIfEndpointDoesNotResolve(storeHost, storePort, joinTimeout, *agentLog);
+
   agent::C10dJobOptions jc;
   jc.store.host = hosted ? "127.0.0.1" : storeHost;
   jc.store.port = storePort;
-  jc.store.connectTimeout = rdzv.joinTimeout;
+  jc.store.connectTimeout = joinTimeout;
   jc.store.timeout = rdzv.readTimeout;
   jc.runId = rdzv.runId;
   jc.me.host = fullyQualifiedHostName();
@@ -148,7 +199,7 @@ int runLaunch(const agent::LaunchConfig& config) {
   jc.rendezvous.minNodes = rdzv.minNodes;
   jc.rendezvous.maxNodes = rdzv.maxNodes;
   if (isStatic) jc.rendezvous.fixedRank = rdzv.nodeRank;
-  jc.rendezvous.joinTimeout = rdzv.joinTimeout;
+  jc.rendezvous.joinTimeout = joinTimeout;
   jc.rendezvous.lastCallTimeout = rdzv.lastCallTimeout;
   jc.keepAliveInterval = rdzv.keepAliveInterval;
   jc.keepAliveMaxAttempt = rdzv.keepAliveMaxAttempt;
@@ -164,6 +215,8 @@ int runLaunch(const agent::LaunchConfig& config) {
 
   try {
     boost::asio::io_context io(1);
+    std::optional<StdinWatch> stdinWatch;
+    if (config.stopOnStdinClose) stdinWatch.emplace(io, *agentLog);
     agent::C10dJob job(io, jc, makeLogger("rdzv", config.logLevel));
     agent::Agent agent(io, config, job, context, agentLog);
     return agent.run();

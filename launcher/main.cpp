@@ -1,5 +1,13 @@
-// dtrun: the launcher executable. `dtrun store ...` runs a standalone store; everything else is
-// torchrun's command line (launcher/cli.h), run by launcher/launch.h.
+// dtrun: the launcher executable. Its subcommands share one command-line style
+// (launcher/option_parser.h: help on stdout with exit code 0, a bad command line as the usage
+// line and one error line with exit code 2):
+//
+//   dtrun [options] script ...         torchrun's command line (launcher/cli.h)
+//   dtrun launch [options] script ...  torch.distributed.launch's (launcher/torch_launch.h)
+//   dtrun store [options]              a standalone store (launcher/store_command.h)
+//
+// With --hostfile, the first two start one agent per host over ssh (launcher/multi_host.h)
+// instead of running this node's agent (launcher/launch.h).
 #include <signal.h>
 
 #include <cstdio>
@@ -10,34 +18,69 @@
 
 #include "launcher/cli.h"
 #include "launcher/launch.h"
+#include "launcher/logging.h"
+#include "launcher/multi_host.h"
 #include "launcher/slurm.h"
 #include "launcher/store_command.h"
+#include "launcher/torch_launch.h"
 
 extern char** environ;
 
-int main(int argc, char** argv) {
-  // Writes to a closed pipe (a worker's log reader gone) must fail, not kill the agent.
-  ::signal(SIGPIPE, SIG_IGN);
-  if (argc >= 2 && std::strcmp(argv[1], "store") == 0) {
-    return dtrun::launcher::runStoreCommand(argc - 2, argv + 2);
-  }
-  std::map<std::string, std::string> env;
+namespace {
+
+using namespace dtrun::launcher;
+using Env = std::map<std::string, std::string>;
+
+Env environment() {
+  Env env;
   for (char** e = environ; *e; ++e) {
     const char* eq = std::strchr(*e, '=');
     if (eq) env.emplace(std::string(*e, static_cast<std::size_t>(eq - *e)), std::string(eq + 1));
   }
-  dtrun::agent::LaunchConfig config;
-  const std::vector<std::string> args(argv + 1, argv + argc);
-  try {
-    // Slurm (issue 6): under srun, PET_* defaults for what args and env leave out (slurm.h).
-    dtrun::launcher::applySlurmDefaults(args, env);
-    config = dtrun::launcher::parseCommandLine(args, env);
-  } catch (const dtrun::launcher::HelpRequested& help) {
-    std::fputs(help.text().c_str(), stdout);
-    return 0;
-  } catch (const dtrun::launcher::UsageError& e) {
-    std::fprintf(stderr, "%s\ndtrun: error: %s\n", dtrun::launcher::usageText().c_str(), e.what());
-    return 2;
+  return env;
+}
+
+int run(const Invocation& inv) {
+  if (inv.multiHost) return runMultiHost(*inv.multiHost, inv.config.logLevel);
+  return runLaunch(inv.config);
+}
+
+int mainCommand(const std::vector<std::string>& args, Env env) {
+  Invocation inv;
+  const OptionParser& parser = mainParser();
+  if (auto code = handleUsage(parser, [&] {
+        ParsedOptions parsed = parser.parse(args);
+        // Slurm (issue 6): under srun, PET_* defaults for what args and env leave out (slurm.h).
+        // A --hostfile job is started from one shell, never as a Slurm step's agent.
+        if (!parsed.given("hostfile")) {
+          applySlurmDefaults(args, env);
+        }
+        parser.applyEnvironment(parsed, env);
+        inv = resolveInvocation(parser, parsed, env, HostProbe{});
+      })) {
+    return *code;
   }
-  return dtrun::launcher::runLaunch(config);
+  return run(inv);
+}
+
+int torchLaunchCommand(const std::vector<std::string>& args, const Env& env) {
+  TorchLaunch launch;
+  if (auto code = handleUsage(torchLaunchParser(),
+                              [&] { launch = parseTorchLaunch(args, env, HostProbe{}); })) {
+    return *code;
+  }
+  // Once, from the launching dtrun: the agents' workers never print it.
+  makeLogger("launch", launch.invocation.config.logLevel)->warn("{}", launch.notice);
+  return run(launch.invocation);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Writes to a closed pipe (a worker's log reader gone) must fail, not kill the agent.
+  ::signal(SIGPIPE, SIG_IGN);
+  const std::string sub = argc >= 2 ? argv[1] : "";
+  if (sub == "store") return runStoreCommand(argc - 2, argv + 2);
+  if (sub == "launch") return torchLaunchCommand({argv + 2, argv + argc}, environment());
+  return mainCommand({argv + 1, argv + argc}, environment());
 }

@@ -16,6 +16,7 @@ PACKAGES=(
   python3-torch                     # interop tests and the torchrun comparison (/usr/bin/python3)
   iproute2 procps psmisc util-linux # fault-injection tools and process checks in the tests
   slurmctld slurmd slurm-client munge # the Slurm integration tests
+  openssh-server openssh-client     # dtrun --hostfile: the multi-host tests run their own sshd
 )
 
 missing=()

@@ -123,7 +123,7 @@ TEST_CASE("defaults follow newest torchrun, with dtrun's c10d and signals", "[la
   CHECK(cfg.rdzv.keepAliveInterval == 5s);
   CHECK(cfg.rdzv.keepAliveMaxAttempt == 3);
   CHECK(cfg.rdzv.readTimeout == 60s);
-  CHECK(cfg.rdzv.storeTimeout == 900s);
+  CHECK(cfg.rdzv.storeTimeout == 600s);  // torch's static_tcp_rendezvous default
   CHECK_FALSE(cfg.rdzv.isHost);
   CHECK(cfg.rdzv.conf.empty());
   CHECK(cfg.rdzv.nodeRank == 0);
@@ -1082,4 +1082,32 @@ TEST_CASE("randomUuid4 makes version-4 UUIDs", "[launcher][cli]") {
     seen.insert(u);
   }
   CHECK(seen.size() == 100);
+}
+
+TEST_CASE("--virtual-local-rank needs an entry of the launcher's CUDA_VISIBLE_DEVICES per worker",
+          "[launcher][cli]") {
+  // torchrun maps local rank N to entry N and refuses a rank without one; dtrun refuses first.
+  CHECK(usageError({"--virtual-local-rank", "--nproc-per-node=2", "train.py"},
+                   {{"CUDA_VISIBLE_DEVICES", "3"}}) ==
+        "--virtual-local-rank: 2 workers per node but CUDA_VISIBLE_DEVICES=3 lists 1 device(s): "
+        "each worker needs an entry of its own");
+  CHECK_THAT(usageError({"--nproc-per-node=3", "train.py"},
+                        {{"CUDA_VISIBLE_DEVICES", "0,1"}, {"PET_VIRTUAL_LOCAL_RANK", "1"}}),
+             StartsWith("PET_VIRTUAL_LOCAL_RANK: 3 workers per node"));
+  CHECK(parse({"--virtual-local-rank", "--nproc-per-node=2", "train.py"},
+              {{"CUDA_VISIBLE_DEVICES", "3,5"}})
+            .virtualLocalRank);
+  // Without the variable every local rank is its own device, as in torchrun.
+  CHECK(parse({"--virtual-local-rank", "--nproc-per-node=4", "train.py"}).nprocPerNode == 4);
+  // Without --virtual-local-rank nothing is mapped, so nothing is refused.
+  CHECK(parse({"--nproc-per-node=2", "train.py"}, {{"CUDA_VISIBLE_DEVICES", "3"}}).nprocPerNode ==
+        2);
+}
+
+TEST_CASE("--stop-on-stdin-close is dtrun's own, exact name only", "[launcher][cli]") {
+  CHECK(parse({"--stop-on-stdin-close", "train.py"}).stopOnStdinClose);
+  CHECK(parse({"--stop_on_stdin_close", "train.py"}).stopOnStdinClose);
+  CHECK_FALSE(parse({"train.py"}).stopOnStdinClose);
+  CHECK_THAT(usageError({"--stop-on", "train.py"}),
+             StartsWith("unrecognized arguments: --stop-on"));
 }
