@@ -39,51 +39,25 @@ bool allDigits(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-struct SignalEntry {
-  const char* name;  // without "SIG"
-  int signo;
-  const char* refusal;  // non-null: why it cannot be handled
-};
-
-// The Linux signals Python's signal module names (torch resolves --signals-to-handle with
-// getattr(signal, name)), plus why dtrun refuses some of them.
-constexpr const char* kUncatchable = "cannot be caught";
-constexpr const char* kFault = "is a synchronous fault signal, not one to forward";
-constexpr std::array<SignalEntry, 33> kSignals{{
-    {"HUP", SIGHUP, nullptr},
-    {"INT", SIGINT, nullptr},
-    {"QUIT", SIGQUIT, nullptr},
-    {"ILL", SIGILL, kFault},
-    {"TRAP", SIGTRAP, kFault},
-    {"ABRT", SIGABRT, nullptr},
-    {"IOT", SIGIOT, nullptr},
-    {"BUS", SIGBUS, kFault},
-    {"FPE", SIGFPE, kFault},
-    {"KILL", SIGKILL, kUncatchable},
-    {"USR1", SIGUSR1, nullptr},
-    {"SEGV", SIGSEGV, kFault},
-    {"USR2", SIGUSR2, nullptr},
-    {"PIPE", SIGPIPE, nullptr},
-    {"ALRM", SIGALRM, nullptr},
-    {"TERM", SIGTERM, nullptr},
-    {"STKFLT", SIGSTKFLT, nullptr},
-    {"CHLD", SIGCHLD, "is how dtrun observes its workers"},
-    {"CLD", SIGCHLD, "is how dtrun observes its workers"},
-    {"CONT", SIGCONT, nullptr},
-    {"STOP", SIGSTOP, kUncatchable},
-    {"TSTP", SIGTSTP, nullptr},
-    {"TTIN", SIGTTIN, nullptr},
-    {"TTOU", SIGTTOU, nullptr},
-    {"URG", SIGURG, nullptr},
-    {"XCPU", SIGXCPU, nullptr},
-    {"XFSZ", SIGXFSZ, nullptr},
-    {"VTALRM", SIGVTALRM, nullptr},
-    {"PROF", SIGPROF, nullptr},
-    {"WINCH", SIGWINCH, nullptr},
-    {"IO", SIGIO, nullptr},
-    {"PWR", SIGPWR, nullptr},
-    {"SYS", SIGSYS, kFault},
-}};
+// Why dtrun refuses to handle (catch and forward) a signal torch would accept by name, or null.
+const char* refusal(int signo) {
+  switch (signo) {
+    case SIGKILL:
+    case SIGSTOP:
+      return "cannot be caught";
+    case SIGILL:
+    case SIGTRAP:
+    case SIGBUS:
+    case SIGFPE:
+    case SIGSEGV:
+    case SIGSYS:
+      return "is a synchronous fault signal, not one to forward";
+    case SIGCHLD:
+      return "is how dtrun observes its workers";
+    default:
+      return nullptr;
+  }
+}
 
 constexpr std::array<std::string_view, 6> kPrefixPlaceholders{
     "role_name", "rank", "local_rank", "host", "node_rank", "restart"};
@@ -282,31 +256,21 @@ std::map<std::string, std::string> parseKeyValueList(const std::string& option,
 std::vector<int> parseSignalList(const std::string& option, const std::string& text) {
   std::vector<int> out;
   for (const auto& item : split(text, ',')) {
-    std::string name = trim(item);
-    std::string upper = name;
-    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    if (upper.rfind("SIG", 0) == 0) upper.erase(0, 3);
-    auto it = std::find_if(kSignals.begin(), kSignals.end(),
-                           [&](const SignalEntry& e) { return upper == e.name; });
-    if (name.empty() || it == kSignals.end()) {
+    // torch resolves each name with getattr(signal, name): Python's names, which
+    // common/signals.h knows (aliases such as SIGIOT included).
+    const std::string name = trim(item);
+    const auto signo = name.empty() ? std::nullopt : signalNumber(name);
+    if (!signo) {
       throw UsageError(option + ": unknown signal '" + name + "' in '" + text +
                        "': expected a comma list of signal names such as SIGTERM,SIGUSR1");
     }
-    if (it->refusal) {
-      throw UsageError(option + ": SIG" + std::string(it->name) + " " + it->refusal +
+    if (const char* why = refusal(*signo)) {
+      throw UsageError(option + ": " + signalName(*signo) + " " + why +
                        "; expected a comma list of signal names such as SIGTERM,SIGUSR1");
     }
-    if (std::find(out.begin(), out.end(), it->signo) == out.end()) out.push_back(it->signo);
+    if (std::find(out.begin(), out.end(), *signo) == out.end()) out.push_back(*signo);
   }
   return out;
-}
-
-std::string signalName(int signo) {
-  for (const auto& e : kSignals) {
-    // IOT and CLD are aliases; the first entry for a number is its usual name.
-    if (e.signo == signo) return std::string("SIG") + e.name;
-  }
-  return "SIG" + std::to_string(signo);
 }
 
 std::vector<std::string> splitEscapedCommaList(const std::string& text) {
@@ -341,51 +305,6 @@ std::set<int> parseRankSet(const std::string& option, const std::string& text) {
     out.insert(static_cast<int>(rank));
   }
   return out;
-}
-
-int countVisibleGpus(const std::filesystem::path& devDir,
-                     const std::optional<std::string>& cudaVisibleDevices) {
-  int raw = 0;
-  std::error_code ec;
-  for (std::filesystem::directory_iterator it(devDir, ec), end; !ec && it != end;
-       it.increment(ec)) {
-    std::string name = it->path().filename().string();
-    if (name.rfind("nvidia", 0) == 0 && allDigits(std::string_view(name).substr(6))) ++raw;
-  }
-  if (!cudaVisibleDevices || raw == 0) return raw;
-
-  // torch.cuda._parse_visible_devices, then the trim to the devices that exist.
-  const std::string& var = *cudaVisibleDevices;
-  auto items = split(var, ',');
-  for (const char* prefix : {"GPU-", "MIG-"}) {
-    if (var.rfind(prefix, 0) != 0) continue;
-    std::vector<std::string> seen;
-    for (const auto& item : items) {
-      if (std::find(seen.begin(), seen.end(), item) != seen.end()) return 0;
-      if (item.rfind(prefix, 0) != 0) break;
-      seen.push_back(item);
-    }
-    // UUIDs cannot be checked without NVML. A GPU has one UUID, but a GPU split by MIG shows
-    // several devices, so only GPU- lists are capped at the number of device files.
-    int n = static_cast<int>(seen.size());
-    return std::string(prefix) == "GPU-" ? std::min(n, raw) : n;
-  }
-  std::vector<long> ordinals;
-  for (const auto& item : items) {
-    // Like strtoul: the leading digits count ("1gpu" is 1); no digits or a '-' sign stops.
-    std::string s = trim(item);
-    std::size_t i = (!s.empty() && (s[0] == '+' || s[0] == '-')) ? 1 : 0;
-    std::size_t digits = i;
-    while (digits < s.size() && std::isdigit(static_cast<unsigned char>(s[digits]))) ++digits;
-    if (digits == i || digits - i > 9) break;
-    long v = std::stol(s.substr(0, digits));
-    if (v < 0) break;
-    if (std::find(ordinals.begin(), ordinals.end(), v) != ordinals.end()) return 0;
-    ordinals.push_back(v);
-  }
-  int n = 0;
-  while (n < static_cast<int>(ordinals.size()) && ordinals[n] < raw) ++n;
-  return n;
 }
 
 int parseNprocPerNode(const std::string& option, const std::string& text,

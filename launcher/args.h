@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "agent/launch_config.h"
-#include "rendezvous/error.h"
+#include "common/devices.h"
+#include "common/error.h"
+#include "common/signals.h"
 
 namespace dtrun::launcher {
 
@@ -78,22 +80,12 @@ std::map<std::string, std::string> parseKeyValueList(const std::string& option,
 /// (KILL, STOP, CHLD, SEGV, BUS, FPE, ILL) are errors.
 std::vector<int> parseSignalList(const std::string& option, const std::string& text);
 
-/// The canonical name of a signal ("SIGTERM"), or "SIG<n>" for one without a name here.
-std::string signalName(int signo);
-
 /// Splits a comma list where ",," stands for a literal comma (torchrun's comma_separated_list);
 /// empty items are dropped.
 std::vector<std::string> splitEscapedCommaList(const std::string& text);
 
 /// Parses a non-empty comma list of local ranks ("0,1,2") into a set.
 std::set<int> parseRankSet(const std::string& option, const std::string& text);
-
-/// Counts the GPUs a CUDA program would see, without CUDA: the /dev/nvidiaN device files in
-/// `devDir`, restricted by `cudaVisibleDevices` (unset = all) the way torch parses it: ordinals
-/// stop at the first negative or out-of-range entry, GPU-/MIG- UUID lists count their entries, and
-/// a repeated entry hides every device. Returns 0 when the directory cannot be read.
-int countVisibleGpus(const std::filesystem::path& devDir,
-                     const std::optional<std::string>& cudaVisibleDevices);
 
 /// Parses --nproc-per-node: a positive integer; cpu = `cpuCount`; gpu = countVisibleGpus (none is
 /// an error); auto = gpu when there is one, else cpu. Reads `devDir` only for gpu and auto.

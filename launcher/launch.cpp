@@ -14,10 +14,10 @@
 
 #include "agent/agent.h"
 #include "agent/c10d_job.h"
+#include "common/error.h"
 #include "launcher/cli.h"
 #include "launcher/endpoint_check.h"
 #include "launcher/logging.h"
-#include "rendezvous/error.h"
 #include "rendezvous/store_server.h"
 
 namespace dtrun::launcher {
@@ -92,7 +92,7 @@ bool matchesThisMachine(const std::string& host) {
   return false;
 }
 
-int runLaunch(const agent::LaunchConfig& config) {
+int runLaunch(const agent::LaunchConfig& config, const std::vector<int>& userFds) {
   // First, while this process has one thread and no sockets: the guard that kills the workers'
   // process groups if dtrun itself is killed.
   agent::OrphanGuard guard = agent::OrphanGuard::start();
@@ -161,6 +161,7 @@ int runLaunch(const agent::LaunchConfig& config) {
   agent::AgentContext context;
   context.hostname = jc.me.host;
   context.guard = &guard;
+  context.userFds = userFds;
 
   try {
     boost::asio::io_context io(1);

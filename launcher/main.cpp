@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/spawn.h"
 #include "launcher/cli.h"
 #include "launcher/launch.h"
 #include "launcher/slurm.h"
@@ -16,6 +17,9 @@
 extern char** environ;
 
 int main(int argc, char** argv) {
+  // Before dtrun opens anything: what the user handed us is passed on to the workers, and
+  // nothing else (common/spawn.h).
+  const std::vector<int> userFds = dtrun::inheritedDescriptors();
   // Writes to a closed pipe (a worker's log reader gone) must fail, not kill the agent.
   ::signal(SIGPIPE, SIG_IGN);
   if (argc >= 2 && std::strcmp(argv[1], "store") == 0) {
@@ -39,5 +43,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\ndtrun: error: %s\n", dtrun::launcher::usageText().c_str(), e.what());
     return 2;
   }
-  return dtrun::launcher::runLaunch(config);
+  return dtrun::launcher::runLaunch(config, userFds);
 }

@@ -4,7 +4,6 @@
 #include <netdb.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,11 +14,10 @@
 #include <cstring>
 #include <functional>
 
+#include "common/error.h"
+#include "common/spawn.h"
 #include "launcher/cli.h"
 #include "launcher/logging.h"
-#include "rendezvous/error.h"
-
-extern char** environ;
 
 namespace dtrun::launcher {
 namespace {
@@ -281,23 +279,21 @@ CommandResult runCommand(const std::vector<std::string>& argv, std::chrono::mill
     result.error = std::string("pipe2: ") + std::strerror(errno);
     return result;
   }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
-  std::vector<char*> cargv;
-  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
+  SpawnSpec spec;
+  spec.argv = argv;
+  spec.stdinFd = kSpawnDevNull;
+  spec.stdoutFd = fds[1];
+  spec.stderrFd = fds[1];
   pid_t pid = -1;
-  int rc = ::posix_spawnp(&pid, cargv[0], &actions, nullptr, cargv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(fds[1]);
-  if (rc != 0) {
+  try {
+    pid = spawnProcess(spec);
+  } catch (const Error& e) {
     ::close(fds[0]);
-    result.error = "cannot run " + argv[0] + ": " + std::strerror(rc);
+    ::close(fds[1]);
+    result.error = "cannot run " + argv[0] + ": " + e.what();
     return result;
   }
+  ::close(fds[1]);
   // Read until EOF or the deadline. A grandchild holding the pipe open past the child's exit
   // ends the read at the deadline, like a hung child.
   auto deadline = std::chrono::steady_clock::now() + timeout;

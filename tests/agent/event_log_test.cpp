@@ -6,7 +6,7 @@
 #include <catch2/catch.hpp>
 #include <sstream>
 
-#include "rendezvous/error.h"
+#include "common/error.h"
 #include "tests/support/test_support.h"
 
 using dtrun::agent::EventLog;
