@@ -19,7 +19,9 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/error_file.h"
-#include "rendezvous/error.h"
+#include "common/devices.h"
+#include "common/error.h"
+#include "common/signals.h"
 
 namespace dtrun::agent {
 namespace {
@@ -189,6 +191,7 @@ void Agent::startWorkers(const std::string& masterAddr, std::uint16_t masterPort
     spec.rank = round_.rankOffset + lr;
     spec.spawn.argv = workerArgv(lr);
     spec.spawn.env = workerEnv(lr, masterAddr, masterPort);
+    spec.spawn.keepFds = context_.userFds;
     routeStreams(lr, spec.spawn, childEnds);
     specs.push_back(std::move(spec));
   }
@@ -315,14 +318,7 @@ std::vector<std::string> Agent::workerEnv(int localRank, const std::string& mast
     // Each worker sees only its own device, as LOCAL_RANK 0 (newest torchrun).
     std::string device = std::to_string(localRank);
     if (auto it = config_.baseEnv.find("CUDA_VISIBLE_DEVICES"); it != config_.baseEnv.end()) {
-      std::vector<std::string> ids;
-      std::size_t start = 0;
-      for (;;) {
-        auto comma = it->second.find(',', start);
-        ids.push_back(it->second.substr(start, comma - start));
-        if (comma == std::string::npos) break;
-        start = comma + 1;
-      }
+      const auto ids = parseVisibleDevices(it->second).entries();
       if (localRank < static_cast<int>(ids.size())) device = ids[localRank];
     }
     env["CUDA_VISIBLE_DEVICES"] = device;

@@ -39,6 +39,9 @@ namespace dtrun::agent {
 struct AgentContext {
   std::string hostname;                ///< this node's name in reports (torch: socket.getfqdn())
   const OrphanGuard* guard = nullptr;  ///< told about every worker process group
+  /// Descriptors besides 0, 1, 2 that the user handed dtrun: every worker gets them too, and
+  /// nothing else of dtrun's.
+  std::vector<int> userFds;
 };
 
 class Agent {

@@ -7,9 +7,9 @@
 #include <boost/asio/post.hpp>
 #include <cstring>
 
-#include "rendezvous/error.h"
+#include "common/abort_key.h"
+#include "common/error.h"
 #include "rendezvous/store_core.h"
-#include "worker_runtime/include/dtrun/worker/abort_key.h"
 
 namespace dtrun::agent {
 namespace {

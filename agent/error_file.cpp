@@ -8,8 +8,8 @@
 #include <charconv>
 #include <cstring>
 
-#include "rendezvous/error.h"
-#include "rendezvous/file_util.h"
+#include "common/error.h"
+#include "common/file_util.h"
 
 namespace dtrun::agent {
 

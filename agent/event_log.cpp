@@ -9,7 +9,7 @@
 #include <ctime>
 #include <utility>
 
-#include "rendezvous/error.h"
+#include "common/error.h"
 
 namespace dtrun::agent {
 

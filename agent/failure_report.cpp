@@ -6,6 +6,7 @@
 #include <ctime>
 
 #include "agent/error_file.h"
+#include "common/signals.h"
 
 namespace dtrun::agent {
 
@@ -90,37 +91,6 @@ void from_json(const nlohmann::json& j, ProcessFailure& f) {
   f.message = j.value("message", std::string());
   f.fromErrorFile = j.value("fromErrorFile", false);
   f.stderrTail = j.value("stderrTail", std::vector<std::string>());
-}
-
-std::string signalName(int signo) {
-  // Python's signal.Signals names on Linux (aliases such as SIGIOT/SIGPOLL/SIGCLD resolve to
-  // these canonical names). A constant table, not a global: nothing here is mutable.
-  struct Entry {
-    int signo;
-    const char* name;
-  };
-  static constexpr Entry kNames[] = {
-      {SIGHUP, "SIGHUP"},       {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"},
-      {SIGILL, "SIGILL"},       {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"},
-      {SIGBUS, "SIGBUS"},       {SIGFPE, "SIGFPE"},   {SIGKILL, "SIGKILL"},
-      {SIGUSR1, "SIGUSR1"},     {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
-      {SIGPIPE, "SIGPIPE"},     {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"},
-#ifdef SIGSTKFLT
-      {SIGSTKFLT, "SIGSTKFLT"},
-#endif
-      {SIGCHLD, "SIGCHLD"},     {SIGCONT, "SIGCONT"}, {SIGSTOP, "SIGSTOP"},
-      {SIGTSTP, "SIGTSTP"},     {SIGTTIN, "SIGTTIN"}, {SIGTTOU, "SIGTTOU"},
-      {SIGURG, "SIGURG"},       {SIGXCPU, "SIGXCPU"}, {SIGXFSZ, "SIGXFSZ"},
-      {SIGVTALRM, "SIGVTALRM"}, {SIGPROF, "SIGPROF"}, {SIGWINCH, "SIGWINCH"},
-      {SIGIO, "SIGIO"},         {SIGPWR, "SIGPWR"},   {SIGSYS, "SIGSYS"},
-  };
-  for (const auto& e : kNames) {
-    if (e.signo == signo) return e.name;
-  }
-  if (signo == SIGRTMIN) return "SIGRTMIN";
-  if (signo == SIGRTMAX) return "SIGRTMAX";
-  if (signo > SIGRTMIN && signo < SIGRTMAX) return "SIGRTMIN+" + std::to_string(signo - SIGRTMIN);
-  return "SIG" + std::to_string(signo);
 }
 
 ProcessFailure buildProcessFailure(const FailedExit& exit) {

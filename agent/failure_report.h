@@ -79,10 +79,6 @@ struct FailedExit {
 /// UTF-8. Never throws for a bad error file. Blocking (one small local file); any thread.
 ProcessFailure buildProcessFailure(const FailedExit& exit);
 
-/// torch's name for a signal number ("SIGKILL", "SIGRTMIN"), "SIGRTMIN+3" for other real-time
-/// signals, "SIG<n>" for unknown numbers. Pure.
-std::string signalName(int signo);
-
 /// Index of the root cause: the smallest timestampMs, ties to the first. `failures` must not be
 /// empty. Pure.
 std::size_t rootCauseIndex(const std::vector<ProcessFailure>& failures);

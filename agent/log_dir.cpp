@@ -8,7 +8,7 @@
 #include <random>
 #include <system_error>
 
-#include "rendezvous/error.h"
+#include "common/error.h"
 
 namespace dtrun::agent {
 

@@ -12,7 +12,7 @@
 #include <cstring>
 #include <deque>
 
-#include "rendezvous/error.h"
+#include "common/error.h"
 
 namespace dtrun::agent {
 

@@ -15,7 +15,7 @@
 #include <set>
 #include <vector>
 
-#include "rendezvous/error.h"
+#include "common/error.h"
 
 namespace dtrun::agent {
 namespace {

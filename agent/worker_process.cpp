@@ -10,22 +10,14 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
-#include <boost/process/v2/environment.hpp>
-// Boost 1.81's header-only mode leaves process_environment::on_setup undefined; its definition
-// lives here (inline in header-only mode).
-#include <boost/process/v2/impl/environment.ipp>
-#include <boost/process/v2/posix/default_launcher.hpp>
-#include <boost/process/v2/process.hpp>
-#include <boost/process/v2/stdio.hpp>
 
-namespace bp = boost::process::v2;
+#include "common/signals.h"
 
 namespace dtrun::agent {
 
 std::string ExitStatus::describe() const {
   if (!signal) return "exit code " + std::to_string(code);
-  const char* name = sigabbrev_np(*signal);
-  return "signal " + std::to_string(*signal) + (name ? std::string(" (SIG") + name + ")" : "");
+  return "signal " + std::to_string(*signal) + " (" + signalName(*signal) + ")";
 }
 
 ExitStatus ExitStatus::fromWaitStatus(int status) {
@@ -38,43 +30,10 @@ ExitStatus ExitStatus::fromWaitStatus(int status) {
   return s;
 }
 
-namespace {
-
-// Runs in the child between fork and exec (async-signal-safe calls only).
-struct Fence {
-  pid_t parent;
-
-  template <typename Launcher>
-  bp::error_code on_exec_setup(Launcher&, const bp::filesystem::path&, const char* const*&) {
-    // Its own process group: stop() and forwarded signals reach the worker's whole tree, and a
-    // terminal's Ctrl-C reaches only the agent, which forwards it (newest torchrun's behaviour).
-    if (::setpgid(0, 0) != 0) return bp::error_code(errno, bp::system_category());
-    // Die with the agent. The check after prctl closes the race with an agent that died before.
-    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
-      return bp::error_code(errno, bp::system_category());
-    if (::getppid() != parent) ::_exit(128 + SIGKILL);
-    // The agent ignores SIGPIPE and Asio installs handlers; an ignored disposition and a blocked
-    // mask would survive exec, so give the worker a clean slate.
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    for (int s = 1; s < NSIG; ++s) {
-      if (s != SIGKILL && s != SIGSTOP) ::sigaction(s, &dfl, nullptr);
-    }
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    return {};
-  }
-};
-
-}  // namespace
-
-// The exit is watched here rather than with bp::process::async_wait. Boost 1.81's wait does a
-// blocking waitpid() once the pidfd looks readable, and epoll can report a stale readiness for a
-// reused descriptor number (a closed pidfd still open in a child mid-fork): the agent's only
-// thread then blocked until the worker really exited, and an interrupting SIGCHLD turned a clean
-// exit into an error. Here readiness is only a hint: waitpid(WNOHANG) decides, and a worker that
-// has not exited is simply watched again. Kernels without pidfd_open (< 5.3) fall back to SIGCHLD.
+// Readiness of the pidfd is only a hint: epoll can report a stale readiness for a reused
+// descriptor number (a closed pidfd still open in a child mid-fork), so waitpid(WNOHANG) decides,
+// and a worker that has not exited is simply watched again; a blocking waitpid() here would stall
+// the agent's only thread. Kernels without pidfd_open (< 5.3) fall back to SIGCHLD.
 struct WorkerProcess::State : std::enable_shared_from_this<WorkerProcess::State> {
   explicit State(boost::asio::io_context& io) : io(io), killTimer(io) {}
 
@@ -144,35 +103,16 @@ WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec,
     s.code = code;
     boost::asio::post(state_->io, [st = state_, s] { st->exited(s); });
   };
-  if (spec.argv.empty()) {
-    failExec(127, "empty command");
+  SpawnSpec fenced = spec;
+  fenced.ownProcessGroup = true;
+  fenced.parentDeathSignal = SIGKILL;
+  try {
+    state_->pid = spawnProcess(fenced);
+  } catch (const SpawnError& e) {
+    failExec(e.exitCode(), e.what());
     return;
   }
-  bp::filesystem::path exe = spec.argv[0];
-  if (spec.argv[0].find('/') == std::string::npos) {
-    exe = bp::environment::find_executable(spec.argv[0]);
-    if (exe.empty()) {
-      failExec(127, "'" + spec.argv[0] + "' not found in PATH");
-      return;
-    }
-  }
-  std::vector<std::string> args(spec.argv.begin() + 1, spec.argv.end());
-  bp::error_code ec;
-  bp::posix::default_launcher launcher;
-  bp::process proc = launcher(
-      io.get_executor(), ec, exe, args, bp::process_environment(spec.env),
-      bp::process_stdio{
-          {}, spec.stdoutFd == -1 ? 1 : spec.stdoutFd, spec.stderrFd == -1 ? 2 : spec.stderrFd},
-      Fence{::getpid()});
-  if (ec) {
-    // tini's convention: 127 for "not found", 126 for "found but cannot be executed".
-    failExec(ec.value() == ENOENT ? 127 : 126,
-             "cannot execute '" + exe.string() + "': " + ec.message());
-    return;
-  }
-  state_->pid = proc.id();
   state_->spawned = true;
-  proc.detach();  // from here on this class waits for, signals and reaps the worker
   int fd = static_cast<int>(::syscall(SYS_pidfd_open, state_->pid, 0));
   if (fd >= 0) {
     state_->pidfd.emplace(io, fd);

@@ -1,9 +1,10 @@
-// WorkerProcess: one worker, spawned with Boost.Process v2, fenced in its own process group.
+// WorkerProcess: one worker, started with common/spawn.h and fenced in its own process group.
 //
-// The child runs setpgid(0, 0) (tini's rule: signals and kills reach its whole tree) and
-// PR_SET_PDEATHSIG(SIGKILL) (a killed agent takes its workers with it), with every signal
-// disposition and the signal mask reset. Exits are events: the pidfd becomes readable and the
-// io_context runs the handler; nothing polls. Move-only; owned by WorkerGroup.
+// The child leads its own process group (tini's rule: signals and kills reach its whole tree)
+// and has PR_SET_PDEATHSIG(SIGKILL) (a killed agent takes its workers with it); spawnProcess
+// resets every signal disposition and the mask and closes every descriptor but the streams and
+// those the user passed. Exits are events: the pidfd becomes readable and the io_context runs
+// the handler; nothing polls. Owned by WorkerGroup; not copyable.
 //
 //   spawn --> running --(exit)--> exited
 //                |                  ^
@@ -18,6 +19,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "common/spawn.h"
 
 namespace dtrun::agent {
 
@@ -37,19 +40,12 @@ struct ExitStatus {
   static ExitStatus fromWaitStatus(int status);
 };
 
-/// What to run. `argv[0]` without a '/' is looked up in PATH (of the agent).
-struct SpawnSpec {
-  std::vector<std::string> argv;
-  std::vector<std::string> env;  ///< "KEY=value" entries: the child's whole environment
-  int stdoutFd = -1;             ///< -1 inherits the agent's stdout
-  int stderrFd = -1;             ///< -1 inherits the agent's stderr
-};
-
 class WorkerProcess {
  public:
   using ExitHandler = std::function<void(ExitStatus)>;
 
-  /// Forks and execs `spec` on `io`'s thread. An exec failure does not throw: the worker then
+  /// Starts `spec` (on `io`'s thread) in a process group of its own with a parent-death
+  /// SIGKILL, whatever `spec` says of those two. An exec failure does not throw: the worker then
   /// reports exit code 127 (not found) or 126 (not executable) through `onExit`, with
   /// execError() saying why. `onExit` runs once, on the io thread.
   WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec, ExitHandler onExit);

@@ -12,19 +12,48 @@
 namespace dtrun::launcher {
 namespace {
 
-std::string trim(std::string_view s) {
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+bool allDigits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// Why dtrun refuses to handle (catch and forward) a signal torch would accept by name, or null.
+const char* refusal(int signo) {
+  switch (signo) {
+    case SIGKILL:
+    case SIGSTOP:
+      return "cannot be caught";
+    case SIGILL:
+    case SIGTRAP:
+    case SIGBUS:
+    case SIGFPE:
+    case SIGSEGV:
+    case SIGSYS:
+      return "is a synchronous fault signal, not one to forward";
+    case SIGCHLD:
+      return "is how dtrun observes its workers";
+    default:
+      return nullptr;
+  }
+}
+
+constexpr std::array<std::string_view, 6> kPrefixPlaceholders{
+    "role_name", "rank", "local_rank", "host", "node_rank", "restart"};
+
+}  // namespace
+
+std::string trimBlanks(std::string_view s) {
   auto isBlank = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
   while (!s.empty() && isBlank(s.front())) s.remove_prefix(1);
   while (!s.empty() && isBlank(s.back())) s.remove_suffix(1);
   return std::string(s);
 }
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-std::vector<std::string> split(const std::string& s, char sep) {
+std::vector<std::string> splitOn(const std::string& s, char sep) {
   std::vector<std::string> out;
   std::size_t start = 0;
   while (true) {
@@ -34,61 +63,6 @@ std::vector<std::string> split(const std::string& s, char sep) {
     start = pos + 1;
   }
 }
-
-bool allDigits(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
-struct SignalEntry {
-  const char* name;  // without "SIG"
-  int signo;
-  const char* refusal;  // non-null: why it cannot be handled
-};
-
-// The Linux signals Python's signal module names (torch resolves --signals-to-handle with
-// getattr(signal, name)), plus why dtrun refuses some of them.
-constexpr const char* kUncatchable = "cannot be caught";
-constexpr const char* kFault = "is a synchronous fault signal, not one to forward";
-constexpr std::array<SignalEntry, 33> kSignals{{
-    {"HUP", SIGHUP, nullptr},
-    {"INT", SIGINT, nullptr},
-    {"QUIT", SIGQUIT, nullptr},
-    {"ILL", SIGILL, kFault},
-    {"TRAP", SIGTRAP, kFault},
-    {"ABRT", SIGABRT, nullptr},
-    {"IOT", SIGIOT, nullptr},
-    {"BUS", SIGBUS, kFault},
-    {"FPE", SIGFPE, kFault},
-    {"KILL", SIGKILL, kUncatchable},
-    {"USR1", SIGUSR1, nullptr},
-    {"SEGV", SIGSEGV, kFault},
-    {"USR2", SIGUSR2, nullptr},
-    {"PIPE", SIGPIPE, nullptr},
-    {"ALRM", SIGALRM, nullptr},
-    {"TERM", SIGTERM, nullptr},
-    {"STKFLT", SIGSTKFLT, nullptr},
-    {"CHLD", SIGCHLD, "is how dtrun observes its workers"},
-    {"CLD", SIGCHLD, "is how dtrun observes its workers"},
-    {"CONT", SIGCONT, nullptr},
-    {"STOP", SIGSTOP, kUncatchable},
-    {"TSTP", SIGTSTP, nullptr},
-    {"TTIN", SIGTTIN, nullptr},
-    {"TTOU", SIGTTOU, nullptr},
-    {"URG", SIGURG, nullptr},
-    {"XCPU", SIGXCPU, nullptr},
-    {"XFSZ", SIGXFSZ, nullptr},
-    {"VTALRM", SIGVTALRM, nullptr},
-    {"PROF", SIGPROF, nullptr},
-    {"WINCH", SIGWINCH, nullptr},
-    {"IO", SIGIO, nullptr},
-    {"PWR", SIGPWR, nullptr},
-    {"SYS", SIGSYS, kFault},
-}};
-
-constexpr std::array<std::string_view, 6> kPrefixPlaceholders{
-    "role_name", "rank", "local_rank", "host", "node_rank", "restart"};
-
-}  // namespace
 
 std::int64_t parseInteger(const std::string& option, const std::string& text, std::int64_t min,
                           std::int64_t max) {
@@ -153,7 +127,7 @@ bool parseBool(const std::string& option, const std::string& text) {
 
 bool parseEnvFlag(const std::string& variable, const std::string& text) {
   // Python's int() also accepts blanks around the number and a sign.
-  std::string v = trim(text);
+  std::string v = trimBlanks(text);
   if (!v.empty() && (v.front() == '+' || v.front() == '-')) v.erase(0, 1);
   if (!allDigits(v)) {
     throw UsageError(variable + ": invalid value '" + text +
@@ -163,7 +137,7 @@ bool parseEnvFlag(const std::string& variable, const std::string& text) {
 }
 
 NodeRange parseNodeRange(const std::string& option, const std::string& text) {
-  auto parts = split(text, ':');
+  auto parts = splitOn(text, ':');
   auto parseCount = [&](const std::string& s, int& out) {
     std::int64_t v = 0;
     auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
@@ -191,7 +165,7 @@ NodeRange parseNodeRange(const std::string& option, const std::string& text) {
 Endpoint parseEndpoint(const std::string& option, const std::string& text,
                        std::optional<std::uint16_t> defaultPort) {
   const std::string forms = "expected HOST[:PORT] or [IPV6][:PORT] with PORT from 0 to 65535";
-  std::string ep = trim(text);
+  std::string ep = trimBlanks(text);
   if (ep.empty()) {
     if (!defaultPort) throw UsageError(option + ": no port in '" + text + "': " + forms);
     return {"localhost", *defaultPort};
@@ -247,7 +221,7 @@ agent::StdSpec parseStdSpec(const std::string& option, const std::string& text) 
     spec.all = stdOf(text);
     return spec;
   }
-  for (const auto& item : split(text, ',')) {
+  for (const auto& item : splitOn(text, ',')) {
     auto colon = item.find(':');
     if (colon == std::string::npos) throw fail();
     std::string rank = item.substr(0, colon);
@@ -260,16 +234,16 @@ agent::StdSpec parseStdSpec(const std::string& option, const std::string& text) 
 std::map<std::string, std::string> parseKeyValueList(const std::string& option,
                                                      const std::string& text) {
   std::map<std::string, std::string> out;
-  std::string s = trim(text);
+  std::string s = trimBlanks(text);
   if (s.empty()) return out;
-  for (const auto& item : split(s, ',')) {
+  for (const auto& item : splitOn(s, ',')) {
     auto eq = item.find('=');
-    std::string key = trim(item.substr(0, eq));
+    std::string key = trimBlanks(item.substr(0, eq));
     if (key.empty()) {
       throw UsageError(option + ": invalid value '" + text +
                        "': expected KEY=VALUE[,KEY=VALUE...] with non-empty keys");
     }
-    std::string value = eq == std::string::npos ? "" : trim(item.substr(eq + 1));
+    std::string value = eq == std::string::npos ? "" : trimBlanks(item.substr(eq + 1));
     if (value.empty()) {
       throw UsageError(option + ": key '" + key +
                        "' has no value: expected KEY=VALUE[,KEY=VALUE...]");
@@ -281,32 +255,22 @@ std::map<std::string, std::string> parseKeyValueList(const std::string& option,
 
 std::vector<int> parseSignalList(const std::string& option, const std::string& text) {
   std::vector<int> out;
-  for (const auto& item : split(text, ',')) {
-    std::string name = trim(item);
-    std::string upper = name;
-    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    if (upper.rfind("SIG", 0) == 0) upper.erase(0, 3);
-    auto it = std::find_if(kSignals.begin(), kSignals.end(),
-                           [&](const SignalEntry& e) { return upper == e.name; });
-    if (name.empty() || it == kSignals.end()) {
+  for (const auto& item : splitOn(text, ',')) {
+    // torch resolves each name with getattr(signal, name): Python's names, which
+    // common/signals.h knows (aliases such as SIGIOT included).
+    const std::string name = trimBlanks(item);
+    const auto signo = name.empty() ? std::nullopt : signalNumber(name);
+    if (!signo) {
       throw UsageError(option + ": unknown signal '" + name + "' in '" + text +
                        "': expected a comma list of signal names such as SIGTERM,SIGUSR1");
     }
-    if (it->refusal) {
-      throw UsageError(option + ": SIG" + std::string(it->name) + " " + it->refusal +
+    if (const char* why = refusal(*signo)) {
+      throw UsageError(option + ": " + signalName(*signo) + " " + why +
                        "; expected a comma list of signal names such as SIGTERM,SIGUSR1");
     }
-    if (std::find(out.begin(), out.end(), it->signo) == out.end()) out.push_back(it->signo);
+    if (std::find(out.begin(), out.end(), *signo) == out.end()) out.push_back(*signo);
   }
   return out;
-}
-
-std::string signalName(int signo) {
-  for (const auto& e : kSignals) {
-    // IOT and CLD are aliases; the first entry for a number is its usual name.
-    if (e.signo == signo) return std::string("SIG") + e.name;
-  }
-  return "SIG" + std::to_string(signo);
 }
 
 std::vector<std::string> splitEscapedCommaList(const std::string& text) {
@@ -329,8 +293,8 @@ std::vector<std::string> splitEscapedCommaList(const std::string& text) {
 
 std::set<int> parseRankSet(const std::string& option, const std::string& text) {
   std::set<int> out;
-  for (const auto& item : split(text, ',')) {
-    std::string v = trim(item);
+  for (const auto& item : splitOn(text, ',')) {
+    std::string v = trimBlanks(item);
     std::int64_t rank = -1;
     auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), rank);
     if (v.empty() || ec != std::errc() || end != v.data() + v.size() || rank < 0 ||

@@ -10,11 +10,13 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "agent/launch_config.h"
-#include "launcher/device_count.h"
-#include "rendezvous/error.h"
+#include "common/devices.h"
+#include "common/error.h"
+#include "common/signals.h"
 
 namespace dtrun::launcher {
 
@@ -23,6 +25,12 @@ class UsageError : public ConfigError {
  public:
   using ConfigError::ConfigError;
 };
+
+/// `s` without the blanks (isspace) at either end. Pure.
+std::string trimBlanks(std::string_view s);
+
+/// `s` cut at every `sep`, empty pieces kept ("a,,b" -> a, "", b; "" -> one empty piece). Pure.
+std::vector<std::string> splitOn(const std::string& s, char sep);
 
 /// Parses a decimal integer in [min, max] given to `option`; UsageError otherwise.
 std::int64_t parseInteger(const std::string& option, const std::string& text, std::int64_t min,
@@ -78,9 +86,6 @@ std::map<std::string, std::string> parseKeyValueList(const std::string& option,
 /// duplicates, in the order given. Signals no process can catch or that dtrun needs itself
 /// (KILL, STOP, CHLD, SEGV, BUS, FPE, ILL) are errors.
 std::vector<int> parseSignalList(const std::string& option, const std::string& text);
-
-/// The canonical name of a signal ("SIGTERM"), or "SIG<n>" for one without a name here.
-std::string signalName(int signo);
 
 /// Splits a comma list where ",," stands for a literal comma (torchrun's comma_separated_list);
 /// empty items are dropped.

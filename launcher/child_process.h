@@ -1,40 +1,20 @@
-// A child with its three standard streams on pipes, for the launcher's own helpers (ssh to the
-// hosts of --hostfile): started in a process group of its own, so that a terminal's Ctrl-C
-// reaches only dtrun, which then stops its children in order.
+// The launcher's own short-lived children, started through common/spawn.h's spawnProcess (the one
+// way dtrun starts a program): ssh to the hosts of --hostfile with its three streams on pipes,
+// and commands whose output is wanted (scontrol under Slurm, the workers' interpreter asked
+// which torch it would import).
 #pragma once
 
+#include <chrono>
+#include <map>
+#include <optional>
 #include <string>
-#include <utility>
 #include <vector>
+
+#include "agent/log_forwarder.h"
 
 namespace dtrun::launcher {
 
-/// An owned file descriptor (-1 = none), closed on destruction.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  ~UniqueFd() { reset(); }
-  UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& o) noexcept {
-    if (this != &o) {
-      reset();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-
-  int get() const { return fd_; }
-  /// Gives the descriptor up without closing it.
-  int release() { return std::exchange(fd_, -1); }
-  /// Closes it now (a no-op when there is none).
-  void reset();
-
- private:
-  int fd_ = -1;
-};
+using agent::UniqueFd;
 
 /// A started child: its pid (the caller reaps it) and this side of its three pipes.
 struct ChildPipes {
@@ -45,8 +25,24 @@ struct ChildPipes {
 };
 
 /// Starts `argv` (argv[0] looked up in PATH) with this process's environment, in a process group
-/// of its own, its standard input, output and error on new pipes (close-on-exec on this side).
-/// Throws dtrun::Error when it cannot be started. Blocks for the fork and exec; any thread.
+/// of its own (so that a terminal's Ctrl-C reaches only dtrun, which stops it in order), its
+/// standard input, output and error on new pipes (close-on-exec on this side). Throws
+/// dtrun::SpawnError when the program cannot be executed, dtrun::Error when a pipe or fork
+/// fails. Blocks for the fork and exec; any thread.
 ChildPipes startWithPipes(const std::vector<std::string>& argv);
+
+/// What a command printed (stdout and stderr together) and how it ended.
+struct CommandResult {
+  bool finished = false;  ///< false: it could not start, or ran past the timeout and was killed
+  int exitCode = -1;      ///< exit code, or 128+signal; -1 when !finished
+  std::string output;     ///< stdout and stderr, at most 64 KiB
+  std::string error;      ///< why it did not finish ("" when it did)
+};
+
+/// Runs argv[0] (looked up in PATH) with `env` ("KEY=value" entries; unset: this process's
+/// environment) and stdin from /dev/null, and returns its output. Blocks until it exits or
+/// `timeout` passes; then it is SIGKILLed and reaped. Reaps only its own child; any thread.
+CommandResult runCommand(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+                         const std::optional<std::vector<std::string>>& env = std::nullopt);
 
 }  // namespace dtrun::launcher

@@ -460,12 +460,13 @@ void resolveDtrunOptions(LaunchConfig& cfg, const ParsedOptions& t, const Env& e
 }
 
 // torchrun maps each local rank through the launcher's CUDA_VISIBLE_DEVICES and refuses a rank
-// without an entry (local_elastic_agent.py); dtrun refuses before anything starts.
+// without an entry (local_elastic_agent.py); dtrun refuses before anything starts. The entries
+// are those the agent maps with (common/devices.h), so every worker gets one of the job's own.
 void checkVirtualLocalRank(const LaunchConfig& cfg, const ParsedOptions& t, const Env& env) {
   if (!cfg.virtualLocalRank) return;
   auto cvd = envValue(env, "CUDA_VISIBLE_DEVICES");
   if (!cvd) return;
-  auto entries = static_cast<int>(std::count(cvd->begin(), cvd->end(), ',')) + 1;
+  const auto entries = static_cast<int>(parseVisibleDevices(*cvd).entries().size());
   if (cfg.nprocPerNode > entries) {
     throw UsageError(t.flagSource("virtual_local_rank") + ": " + std::to_string(cfg.nprocPerNode) +
                      " workers per node but "

@@ -5,8 +5,8 @@
 
 #include <charconv>
 
+#include "common/error.h"
 #include "launcher/slurm.h"
-#include "rendezvous/error.h"
 
 namespace dtrun::launcher {
 namespace {

@@ -9,24 +9,6 @@
 namespace dtrun::launcher {
 namespace {
 
-std::string trim(std::string_view s) {
-  auto blank = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
-  while (!s.empty() && blank(s.front())) s.remove_prefix(1);
-  while (!s.empty() && blank(s.back())) s.remove_suffix(1);
-  return std::string(s);
-}
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  for (;;) {
-    auto pos = s.find(sep, start);
-    out.push_back(s.substr(start, pos == std::string::npos ? std::string::npos : pos - start));
-    if (pos == std::string::npos) return out;
-    start = pos + 1;
-  }
-}
-
 std::optional<int> smallNumber(std::string_view s) {
   int v = -1;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
@@ -43,7 +25,7 @@ std::vector<std::pair<int, std::string>> meaningfulLines(const std::string& text
   int number = 0;
   for (std::string line; std::getline(in, line);) {
     ++number;
-    std::string t = trim(line);
+    std::string t = trimBlanks(line);
     if (!t.empty() && t[0] != '#') out.emplace_back(number, t);
   }
   return out;
@@ -112,7 +94,7 @@ std::vector<HostSlots> filterHosts(const std::vector<HostSlots>& pool, const Giv
     chosen.push_back({host, {}});
     return chosen.back();
   };
-  for (const auto& nodeSpec : split(spec, '@')) {
+  for (const auto& nodeSpec : splitOn(spec, '@')) {
     if (nodeSpec.empty()) {
       throw UsageError(filter->source + ": empty host in '" + spec +
                        "': expected HOST[:SLOT,...][@HOST[:SLOT,...]...]");
@@ -125,8 +107,8 @@ std::vector<HostSlots> filterHosts(const std::vector<HostSlots>& pool, const Giv
     if (auto colon = nodeSpec.rfind(':'); !wholeHost && colon != std::string::npos) {
       host = nodeSpec.substr(0, colon);
       slots.emplace();
-      for (const auto& s : split(nodeSpec.substr(colon + 1), ',')) {
-        auto n = smallNumber(trim(s));
+      for (const auto& s : splitOn(nodeSpec.substr(colon + 1), ',')) {
+        auto n = smallNumber(trimBlanks(s));
         if (!n) {
           throw UsageError(filter->source + ": invalid slot '" + s + "' in '" + nodeSpec +
                            "': expected HOST:SLOT[,SLOT...] with slot numbers");
@@ -191,7 +173,7 @@ std::vector<std::pair<std::string, std::string>> parseEnvFile(const std::string&
   std::vector<std::pair<std::string, std::string>> out;
   for (auto [number, line] : meaningfulLines(text)) {
     const std::string where = name + ":" + std::to_string(number) + ": ";
-    if (line.rfind("export ", 0) == 0) line = trim(line.substr(7));
+    if (line.rfind("export ", 0) == 0) line = trimBlanks(line.substr(7));
     auto eq = line.find('=');
     std::string key = line.substr(0, eq);
     bool keyOk = !key.empty() && !std::isdigit(static_cast<unsigned char>(key[0])) &&

@@ -1,6 +1,7 @@
 #include "launcher/launch.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <unistd.h>
@@ -18,11 +19,11 @@
 
 #include "agent/agent.h"
 #include "agent/c10d_job.h"
+#include "common/error.h"
 #include "launcher/cli.h"
 #include "launcher/endpoint_check.h"
 #include "launcher/logging.h"
 #include "launcher/torch_probe.h"
-#include "rendezvous/error.h"
 #include "rendezvous/store_server.h"
 
 namespace dtrun::launcher {
@@ -104,7 +105,7 @@ namespace {
 class StdinWatch {
  public:
   StdinWatch(boost::asio::io_context& io, spdlog::logger& log) : in_(io), log_(log) {
-    int fd = ::dup(STDIN_FILENO);
+    int fd = ::fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 3);
     boost::system::error_code ec;
     if (fd >= 0) in_.assign(fd, ec);
     if (fd < 0 || ec) {
@@ -134,14 +135,20 @@ class StdinWatch {
 
 }  // namespace
 
-int runLaunch(const agent::LaunchConfig& parsedConfig) {
+int runLaunch(const agent::LaunchConfig& parsedConfig, const std::vector<int>& userFds) {
   // First, while this process has one thread and no sockets: the guard that kills the workers'
   // process groups if dtrun itself is killed.
   agent::OrphanGuard guard = agent::OrphanGuard::start();
   agent::LaunchConfig config = parsedConfig;
-  // The NCCL async error handling variable(s) the workers' torch reads (launcher/torch_probe.h).
-  addNcclAsyncErrorHandling(config.baseEnv, std::nullopt);
   auto agentLog = makeLogger("agent", config.logLevel);
+  // The NCCL async error handling variable the workers' torch reads (launcher/torch_probe.h):
+  // Python workers' interpreter is asked which torch it would import.
+  std::optional<std::string> torchVersion;
+  if (config.runPath || !config.noPython) {
+    torchVersion = probeTorchVersion(config.python, config.baseEnv);
+    agentLog->debug("workers' torch: {}", torchVersion.value_or("not found"));
+  }
+  addNcclAsyncErrorHandling(config.baseEnv, torchVersion);
   auto storeLog = makeLogger("store", config.logLevel);
   for (const auto& w : config.warnings) agentLog->warn("{}", w);
   if (config.ompNumThreadsSet) agentLog->warn("{}", kOmpNumThreadsNotice);
@@ -212,6 +219,7 @@ int runLaunch(const agent::LaunchConfig& parsedConfig) {
   agent::AgentContext context;
   context.hostname = jc.me.host;
   context.guard = &guard;
+  context.userFds = userFds;
 
   try {
     boost::asio::io_context io(1);

@@ -4,7 +4,7 @@
 
 #include <cstdlib>
 
-#include "rendezvous/error.h"
+#include "common/error.h"
 
 namespace dtrun::launcher {
 

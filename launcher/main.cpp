@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/spawn.h"
 #include "launcher/cli.h"
 #include "launcher/launch.h"
 #include "launcher/logging.h"
@@ -40,12 +41,12 @@ Env environment() {
   return env;
 }
 
-int run(const Invocation& inv) {
+int run(const Invocation& inv, const std::vector<int>& userFds) {
   if (inv.multiHost) return runMultiHost(*inv.multiHost, inv.config.logLevel);
-  return runLaunch(inv.config);
+  return runLaunch(inv.config, userFds);
 }
 
-int mainCommand(const std::vector<std::string>& args, Env env) {
+int mainCommand(const std::vector<std::string>& args, Env env, const std::vector<int>& userFds) {
   Invocation inv;
   const OptionParser& parser = mainParser();
   if (auto code = handleUsage(parser, [&] {
@@ -60,10 +61,11 @@ int mainCommand(const std::vector<std::string>& args, Env env) {
       })) {
     return *code;
   }
-  return run(inv);
+  return run(inv, userFds);
 }
 
-int torchLaunchCommand(const std::vector<std::string>& args, const Env& env) {
+int torchLaunchCommand(const std::vector<std::string>& args, const Env& env,
+                       const std::vector<int>& userFds) {
   TorchLaunch launch;
   if (auto code = handleUsage(torchLaunchParser(),
                               [&] { launch = parseTorchLaunch(args, env, HostProbe{}); })) {
@@ -71,16 +73,19 @@ int torchLaunchCommand(const std::vector<std::string>& args, const Env& env) {
   }
   // Once, from the launching dtrun: the agents' workers never print it.
   makeLogger("launch", launch.invocation.config.logLevel)->warn("{}", launch.notice);
-  return run(launch.invocation);
+  return run(launch.invocation, userFds);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before dtrun opens anything: what the user handed us is passed on to the workers, and
+  // nothing else (common/spawn.h).
+  const std::vector<int> userFds = dtrun::inheritedDescriptors();
   // Writes to a closed pipe (a worker's log reader gone) must fail, not kill the agent.
   ::signal(SIGPIPE, SIG_IGN);
   const std::string sub = argc >= 2 ? argv[1] : "";
   if (sub == "store") return runStoreCommand(argc - 2, argv + 2);
-  if (sub == "launch") return torchLaunchCommand({argv + 2, argv + argc}, environment());
-  return mainCommand({argv + 1, argv + argc}, environment());
+  if (sub == "launch") return torchLaunchCommand({argv + 2, argv + argc}, environment(), userFds);
+  return mainCommand({argv + 1, argv + argc}, environment(), userFds);
 }

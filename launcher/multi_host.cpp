@@ -27,6 +27,7 @@ namespace asio = boost::asio;
 constexpr auto kCheckTimeout = 60s;  // ssh's ConnectTimeout is 20 s; a login may be slow
 constexpr auto kFailureGrace = 30s;  // after one host fails, for the others to end on their own
 constexpr auto kStopSlack = 30s;     // beyond the agents' shutdown timeout, before ssh is ended
+constexpr auto kKillAfter = 10s;     // an ssh that outlives SIGTERM by this gets SIGKILL
 constexpr std::size_t kMaxLine = 64 * 1024;  // a longer line is cut, not buffered forever
 
 void writeAll(int fd, const std::string& data) {
@@ -270,6 +271,10 @@ class MultiHostJob {
           "agents still running {} s after the stop: ending the ssh connections",
           std::chrono::ceil<std::chrono::seconds>(plan_.shutdownTimeout + kStopSlack).count());
       endConnections(SIGTERM);
+      timer_.expires_after(kKillAfter);
+      timer_.async_wait([this](boost::system::error_code ec) {
+        if (!ec) endConnections(SIGKILL);
+      });
     });
   }
 

@@ -4,7 +4,6 @@
 #include <netdb.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,11 +14,10 @@
 #include <cstring>
 #include <functional>
 
+#include "common/error.h"
+#include "common/spawn.h"
 #include "launcher/cli.h"
 #include "launcher/logging.h"
-#include "rendezvous/error.h"
-
-extern char** environ;
 
 namespace dtrun::launcher {
 namespace {
@@ -30,7 +28,6 @@ using Env = std::map<std::string, std::string>;
 constexpr std::uint64_t kMaxRange = 64 * 1024;
 // A bound on a whole expression, so a typo cannot ask for gigabytes of names.
 constexpr std::size_t kMaxHosts = 1 << 20;
-constexpr std::size_t kMaxOutput = 64 * 1024;
 
 bool isSeparator(char c) { return c == ',' || c == ' ' || c == '\t'; }
 
@@ -270,72 +267,12 @@ std::optional<std::string> parseNodeAddr(const std::string& scontrolOutput) {
   return std::nullopt;
 }
 
-CommandResult runCommand(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
-  CommandResult result;
-  if (argv.empty()) {
-    result.error = "no command";
-    return result;
-  }
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) {
-    result.error = std::string("pipe2: ") + std::strerror(errno);
-    return result;
-  }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
-  std::vector<char*> cargv;
-  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-  pid_t pid = -1;
-  int rc = ::posix_spawnp(&pid, cargv[0], &actions, nullptr, cargv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(fds[1]);
-  if (rc != 0) {
-    ::close(fds[0]);
-    result.error = "cannot run " + argv[0] + ": " + std::strerror(rc);
-    return result;
-  }
-  // Read until EOF or the deadline. A grandchild holding the pipe open past the child's exit
-  // ends the read at the deadline, like a hung child.
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  bool timedOut = false;
-  char buf[4096];
-  while (true) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      timedOut = true;
-      break;
-    }
-    pollfd p{fds[0], POLLIN, 0};
-    int n = ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left.count(), 1000)));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) continue;
-    ssize_t got = ::read(fds[0], buf, sizeof buf);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) break;
-    if (result.output.size() < kMaxOutput) {
-      result.output.append(buf, static_cast<std::size_t>(got));
-    }
-  }
-  ::close(fds[0]);
-  if (timedOut) ::kill(pid, SIGKILL);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (timedOut) {
-    result.error = argv[0] + " did not finish within " + std::to_string(timeout.count()) + " ms";
-    return result;
-  }
-  result.finished = true;
-  result.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return result;
+SlurmProbe systemSlurmProbe() {
+  return SlurmProbe{hostResolves,
+                    [](const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
+                      return runCommand(argv, timeout);
+                    }};
 }
-
-SlurmProbe systemSlurmProbe() { return SlurmProbe{hostResolves, runCommand}; }
 
 SlurmDerivation deriveSlurmDefaults(const Env& env, const agent::LaunchConfig& parsed,
                                     const SlurmProbe& probe) {

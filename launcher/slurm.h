@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "agent/launch_config.h"
+#include "launcher/child_process.h"
 
 namespace dtrun::launcher {
 
@@ -52,24 +53,11 @@ std::uint16_t slurmRendezvousPort(std::uint64_t jobId, std::uint64_t stepId);
 /// when there is none.
 std::optional<std::string> parseNodeAddr(const std::string& scontrolOutput);
 
-/// What a command printed (stdout and stderr together) and how it ended.
-struct CommandResult {
-  bool finished = false;  ///< false: it could not start, or ran past the timeout and was killed
-  int exitCode = -1;      ///< exit code, or 128+signal; -1 when !finished
-  std::string output;     ///< stdout and stderr, at most 64 KiB
-  std::string error;      ///< why it did not finish ("" when it did)
-};
-
-/// Runs argv[0] (looked up in PATH) with the current environment, stdin from /dev/null, and
-/// returns its output. Blocks until it exits or `timeout` passes; then it is SIGKILLed and
-/// reaped. Reaps only its own child.
-CommandResult runCommand(const std::vector<std::string>& argv, std::chrono::milliseconds timeout);
-
 /// What deriving needs from the machine; tests replace both.
 struct SlurmProbe {
   /// True when `host` resolves on this machine (getaddrinfo). May block on DNS.
   std::function<bool(const std::string& host)> resolves;
-  /// Runs a command (scontrol) with a timeout, as runCommand does.
+  /// Runs a command (scontrol) with a timeout, as runCommand (launcher/child_process.h) does.
   std::function<CommandResult(const std::vector<std::string>& argv,
                               std::chrono::milliseconds timeout)>
       run;

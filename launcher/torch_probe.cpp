@@ -2,7 +2,12 @@
 
 #include <cctype>
 #include <charconv>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
+#include <vector>
+
+#include "launcher/child_process.h"
 
 namespace dtrun::launcher {
 namespace {
@@ -44,6 +49,30 @@ std::optional<std::string> versionFromVersionPy(const std::string& text) {
     return line.substr(open + 1, close - open - 1);
   }
   return std::nullopt;
+}
+
+std::optional<std::string> probeTorchVersion(const std::string& python,
+                                             const std::map<std::string, std::string>& env) {
+  std::vector<std::string> envp;
+  for (const auto& [k, v] : env) envp.push_back(k + "=" + v);
+  auto run = runCommand(
+      {python, "-c",
+       "import importlib.util as u\ns = u.find_spec('torch')\nprint(s.origin if s and s.origin "
+       "else '')"},
+      std::chrono::seconds(10), envp);
+  if (!run.finished || run.exitCode != 0) return std::nullopt;
+  // The last line is the answer (anything python said on stderr comes before it).
+  std::string origin = run.output;
+  while (!origin.empty() && std::isspace(static_cast<unsigned char>(origin.back()))) {
+    origin.pop_back();
+  }
+  origin = origin.substr(origin.rfind('\n') == std::string::npos ? 0 : origin.rfind('\n') + 1);
+  if (origin.empty()) return std::nullopt;
+  std::ifstream in(std::filesystem::path(origin).parent_path() / "version.py");
+  if (!in) return std::nullopt;
+  std::ostringstream text;
+  text << in.rdbuf();
+  return versionFromVersionPy(text.str());
 }
 
 void addNcclAsyncErrorHandling(std::map<std::string, std::string>& env,

@@ -19,6 +19,13 @@ std::optional<std::pair<int, int>> torchMajorMinor(const std::string& version);
 /// The __version__ assigned in the text of torch/version.py; nullopt when there is none.
 std::optional<std::string> versionFromVersionPy(const std::string& text);
 
+/// The version of the torch that `python`, run with the workers' environment `env`, would import:
+/// python finds torch's module file without importing torch (importlib.util.find_spec), and
+/// torch/version.py next to it says the version. nullopt when python cannot run, finds no torch,
+/// or takes more than 10 s. Blocks on that one short python process (tens of milliseconds).
+std::optional<std::string> probeTorchVersion(const std::string& python,
+                                             const std::map<std::string, std::string>& env);
+
 /// Adds to `env` (each kept when already set) what torchrun of `torchVersion` adds:
 /// TORCH_NCCL_ASYNC_ERROR_HANDLING=1 from torch 2.2, NCCL_ASYNC_ERROR_HANDLING=1 before it,
 /// both when the version is unknown. Pure.

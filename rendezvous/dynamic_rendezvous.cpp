@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "rendezvous/error.h"
+#include "common/error.h"
 
 namespace dtrun::rendezvous {
 

@@ -1,6 +1,6 @@
 #include "rendezvous/in_memory_store.h"
 
-#include "rendezvous/error.h"
+#include "common/error.h"
 
 namespace dtrun::rendezvous {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
-#include "rendezvous/error.h"
+#include "common/error.h"
 
 namespace dtrun::rendezvous {
 

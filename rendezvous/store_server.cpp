@@ -7,7 +7,7 @@
 #include <boost/asio/write.hpp>
 #include <utility>
 
-#include "rendezvous/error.h"
+#include "common/error.h"
 
 namespace asio = boost::asio;
 using asio::ip::tcp;

@@ -13,7 +13,7 @@
 #include <random>
 #include <thread>
 
-#include "rendezvous/error.h"
+#include "common/error.h"
 
 namespace dtrun::rendezvous {
 namespace {

@@ -4,7 +4,7 @@
 #include <array>
 #include <cstring>
 
-#include "rendezvous/error.h"
+#include "common/error.h"
 
 namespace dtrun::rendezvous::wire {
 namespace {

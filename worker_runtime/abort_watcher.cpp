@@ -2,7 +2,7 @@
 
 #include <optional>
 
-#include "rendezvous/error.h"
+#include "common/error.h"
 
 namespace dtrun::worker {
 namespace {

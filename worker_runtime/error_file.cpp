@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <typeinfo>
 
-#include "rendezvous/file_util.h"
+#include "common/file_util.h"
 
 namespace dtrun::worker {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "rendezvous/error.h"
+#include "common/error.h"
 #include "tests/support/test_support.h"
 
 using dtrun::agent::dumpPythonStyle;

@@ -6,7 +6,7 @@
 #include <catch2/catch.hpp>
 #include <sstream>
 
-#include "rendezvous/error.h"
+#include "common/error.h"
 #include "tests/support/test_support.h"
 
 using dtrun::agent::EventLog;
@@ -139,4 +139,28 @@ TEST_CASE("EventLog lines from concurrent processes never interleave", "[agent][
     ++next[w];
     CHECK(j["pad"].get<std::string>() == std::string(3000 + 500 * w, static_cast<char>('a' + w)));
   }
+}
+
+TEST_CASE("EventLog with a console: every line there too, one write each", "[agent][eventlog]") {
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  TempDir dir;
+  const auto path = (dir.path() / "events.jsonl").string();
+  {
+    EventLog both(path, fds[1]);
+    CHECK(both.enabled());
+    CHECK(both.record("worker_started", {{"rank", 0}}, kWhen));
+    EventLog consoleOnly("", fds[1]);
+    CHECK(consoleOnly.enabled());
+    CHECK(consoleOnly.record("shutdown", {{"reason", "succeeded"}}, kWhen));
+  }
+  ::close(fds[1]);  // the logs never close the console: this is the last writer
+  std::string console;
+  char buf[512];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) console.append(buf, n);
+  ::close(fds[0]);
+  const std::string started = EventLog::formatLine("worker_started", {{"rank", 0}}, kWhen);
+  const std::string shutdown = EventLog::formatLine("shutdown", {{"reason", "succeeded"}}, kWhen);
+  CHECK(console == started + "\n" + shutdown + "\n");
+  CHECK(readFile(path) == started + "\n");
 }

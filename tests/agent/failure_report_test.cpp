@@ -8,7 +8,7 @@
 #include <optional>
 
 #include "agent/error_file.h"
-#include "rendezvous/error.h"
+#include "common/error.h"
 #include "tests/support/test_support.h"
 
 using dtrun::agent::buildProcessFailure;
@@ -468,24 +468,6 @@ TEST_CASE("buildProcessFailure makes worker bytes valid UTF-8", "[agent][report]
   CHECK(f.stderrTail[0] == "bad \xef\xbf\xbd\xef\xbf\xbd bytes");
   CHECK(f.stderrTail[1] == "ok \xc3\xa9");
   CHECK_NOTHROW(nlohmann::json(f).dump());
-}
-
-TEST_CASE("signalName uses Python's names", "[agent][report]") {
-  // {s.value: s.name for s in signal.Signals} from Python 3.11 on Linux x86-64.
-  const std::map<int, std::string> python = {
-      {1, "SIGHUP"},     {2, "SIGINT"},    {3, "SIGQUIT"},   {4, "SIGILL"},   {5, "SIGTRAP"},
-      {6, "SIGABRT"},    {7, "SIGBUS"},    {8, "SIGFPE"},    {9, "SIGKILL"},  {10, "SIGUSR1"},
-      {11, "SIGSEGV"},   {12, "SIGUSR2"},  {13, "SIGPIPE"},  {14, "SIGALRM"}, {15, "SIGTERM"},
-      {16, "SIGSTKFLT"}, {17, "SIGCHLD"},  {18, "SIGCONT"},  {19, "SIGSTOP"}, {20, "SIGTSTP"},
-      {21, "SIGTTIN"},   {22, "SIGTTOU"},  {23, "SIGURG"},   {24, "SIGXCPU"}, {25, "SIGXFSZ"},
-      {26, "SIGVTALRM"}, {27, "SIGPROF"},  {28, "SIGWINCH"}, {29, "SIGIO"},   {30, "SIGPWR"},
-      {31, "SIGSYS"},    {34, "SIGRTMIN"}, {64, "SIGRTMAX"}};
-  for (const auto& [signo, name] : python) {
-    INFO("signal " << signo);
-    CHECK(dtrun::agent::signalName(signo) == name);
-  }
-  CHECK(dtrun::agent::signalName(36) == "SIGRTMIN+2");
-  CHECK(dtrun::agent::signalName(99) == "SIG99");
 }
 
 TEST_CASE("writeAgentErrorFile copies the root's file with errorCode", "[agent][report]") {

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <regex>
 
-#include "rendezvous/error.h"
+#include "common/error.h"
 #include "tests/support/test_support.h"
 
 namespace fs = std::filesystem;

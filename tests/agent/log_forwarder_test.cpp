@@ -10,7 +10,7 @@
 #include <optional>
 #include <sstream>
 
-#include "rendezvous/error.h"
+#include "common/error.h"
 #include "tests/support/test_support.h"
 
 using dtrun::agent::LinePrefixVars;

@@ -37,6 +37,8 @@ from sshd_fixture import SshdFixture
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
+sys.path.insert(0, str(REPO / "tests" / "e2e_elastic"))
+from harness import Failed, poll  # noqa: E402  (the elastic tests' deadline polling)
 WORKER = HERE / "report_worker.py"
 PYTHON = "/usr/bin/python3"  # the interpreter that sees Debian's torch
 SKIP = 77
@@ -44,25 +46,10 @@ HOSTS = ["127.0.0.2", "127.0.0.3"]
 DOWN = "127.0.0.4"  # in the ssh config, with no server
 
 
-class Failed(AssertionError):
-    pass
-
-
 def check(cond, message):
     if not cond:
         raise Failed(message)
     print(f"ok    {message}", flush=True)
-
-
-def poll(cond, timeout, what):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise Failed(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def processes_with(marker):

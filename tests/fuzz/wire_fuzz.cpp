@@ -13,7 +13,7 @@
 #include <string>
 #include <string_view>
 
-#include "rendezvous/error.h"
+#include "common/error.h"
 #include "rendezvous/wire.h"
 
 namespace wire = dtrun::rendezvous::wire;

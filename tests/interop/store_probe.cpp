@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/error.h"
+#include "common/error.h"
 #include "rendezvous/tcp_store.h"
 
 using namespace dtrun::rendezvous;

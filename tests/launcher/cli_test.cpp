@@ -12,12 +12,14 @@
 #include <regex>
 #include <sstream>
 
+#include "tests/support/fake_devices.h"
 #include "tests/support/test_support.h"
 
 using namespace dtrun::launcher;
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
 using Catch::Matchers::StartsWith;
+using dtrun::countVisibleGpus;
 using dtrun::agent::LaunchConfig;
 using dtrun::agent::Std;
 using Args = std::vector<std::string>;
@@ -812,10 +814,6 @@ TEST_CASE("signals-to-handle: signal names", "[launcher][cli]") {
     CHECK_THAT(usageError({"--signals-to-handle", refused, "train.py"}),
                StartsWith("--signals-to-handle: SIG"));
   }
-  CHECK(signalName(SIGUSR1) == "SIGUSR1");
-  CHECK(signalName(SIGCHLD) == "SIGCHLD");
-  CHECK(signalName(SIGABRT) == "SIGABRT");
-  CHECK(signalName(77) == "SIG77");
 }
 
 TEST_CASE("shutdown timeout: the option, then TORCH_ELASTIC_SHUTDOWN_TIMEOUT, then 30 s",
@@ -1084,7 +1082,7 @@ TEST_CASE("randomUuid4 makes version-4 UUIDs", "[launcher][cli]") {
   CHECK(seen.size() == 100);
 }
 
-TEST_CASE("--virtual-local-rank needs an entry of the launcher's CUDA_VISIBLE_DEVICES per worker",
+TEST_CASE("virtual local rank needs an entry of the launcher's CUDA_VISIBLE_DEVICES per worker",
           "[launcher][cli]") {
   // torchrun maps local rank N to entry N and refuses a rank without one; dtrun refuses first.
   CHECK(usageError({"--virtual-local-rank", "--nproc-per-node=2", "train.py"},
@@ -1104,10 +1102,33 @@ TEST_CASE("--virtual-local-rank needs an entry of the launcher's CUDA_VISIBLE_DE
         2);
 }
 
-TEST_CASE("--stop-on-stdin-close is dtrun's own, exact name only", "[launcher][cli]") {
+TEST_CASE("stop-on-stdin-close is dtrun's own, exact name only", "[launcher][cli]") {
   CHECK(parse({"--stop-on-stdin-close", "train.py"}).stopOnStdinClose);
   CHECK(parse({"--stop_on_stdin_close", "train.py"}).stopOnStdinClose);
   CHECK_FALSE(parse({"train.py"}).stopOnStdinClose);
   CHECK_THAT(usageError({"--stop-on", "train.py"}),
              StartsWith("unrecognized arguments: --stop-on"));
+}
+
+TEST_CASE("nproc-per-node gpu, xpu, auto count as torchrun 2.x does", "[launcher][cli]") {
+  auto nproc = [](const dtrun::test::FakeDeviceTree& m, const std::string& v, const Env& env = {}) {
+    HostProbe probe;
+    probe.devDir = m.dev();
+    probe.sysDir = m.sys();
+    probe.cpuCount = 16;
+    return parseCommandLine({"--nproc-per-node", v, "train.py"}, env, probe).nprocPerNode;
+  };
+  dtrun::test::FakeDeviceTree nvidia, amd, intel, none;
+  nvidia.addNvidia(8);
+  amd.addAmd(4);
+  intel.addRenderNode(128, "xe");
+  CHECK(nproc(nvidia, "gpu") == 8);
+  CHECK(nproc(nvidia, "auto") == 8);
+  CHECK(nproc(amd, "gpu") == 4);
+  CHECK(nproc(amd, "auto", {{"HIP_VISIBLE_DEVICES", "0,1,2"}}) == 3);
+  CHECK(nproc(intel, "xpu") == 1);
+  CHECK(nproc(intel, "auto") == 1);  // torch.accelerator: CUDA/ROCm, else XPU, else CPUs
+  CHECK(nproc(none, "auto") == 16);
+  CHECK_THROWS_WITH(nproc(amd, "xpu"), StartsWith("--nproc-per-node: xpu: no Intel XPU found"));
+  CHECK_THROWS_WITH(nproc(intel, "gpu"), StartsWith("--nproc-per-node: gpu: no GPU found"));
 }

@@ -71,7 +71,7 @@ TEST_CASE("hostfile: HOST slots=N lines, comments, one line per host", "[launche
   CHECK(hostfileError("") == "hosts.txt: no host in the hostfile (lines 'HOST slots=N')");
 }
 
-TEST_CASE("--include keeps what it names, in the hostfile's order", "[launcher][hostfile]") {
+TEST_CASE("include keeps what it names, in the hostfile's order", "[launcher][hostfile]") {
   CHECK(include("worker-1") == Hosts{{"worker-1", {0, 1, 2, 3}}});
   // DeepSpeed's own example: all of worker-0, slots 0 and 2 of worker-1.
   CHECK(include("worker-0@worker-1:0,2") ==
@@ -84,7 +84,7 @@ TEST_CASE("--include keeps what it names, in the hostfile's order", "[launcher][
   CHECK(include("worker-1:0@worker-1:2") == Hosts{{"worker-1", {0, 2}}});
 }
 
-TEST_CASE("--exclude removes hosts or slots", "[launcher][hostfile]") {
+TEST_CASE("exclude removes hosts or slots", "[launcher][hostfile]") {
   // DeepSpeed's example: everything but slot 0 of worker-1.
   CHECK(exclude("worker-1:0") ==
         Hosts{{"worker-0", {0, 1, 2, 3}}, {"worker-1", {1, 2, 3}}, {"worker-2", {0, 1}}});
@@ -118,7 +118,7 @@ TEST_CASE("filters that cannot be met are usage errors", "[launcher][hostfile]")
   CHECK(filterHosts(kPool, nullptr, nullptr) == kPool);
 }
 
-TEST_CASE("--num-nodes and --num-gpus", "[launcher][hostfile]") {
+TEST_CASE("num-nodes and num-gpus", "[launcher][hostfile]") {
   GivenValue two{"2", "--num-nodes"}, four{"4", "--num_nodes"}, zero{"0", "--num-nodes"};
   GivenValue g3{"3", "--num-gpus"};
   CHECK(limitHosts(kPool, &two, nullptr) ==

@@ -8,6 +8,7 @@
 
 #include "launcher/cli.h"
 #include "launcher/shell_words.h"
+#include "tests/launcher/launcher_test_util.h"
 #include "tests/support/test_support.h"
 
 using namespace dtrun::launcher;
@@ -21,13 +22,8 @@ namespace {
 
 struct Fixture {
   dtrun::test::TempDir dir;
-  HostProbe probe;
+  HostProbe probe = testing::fakeProbe(dir.path(), dir.path() / "work dir");
   Fixture() {
-    probe.devDir = dir.path();
-    probe.sysDir = dir.path();
-    probe.cpuCount = 4;
-    probe.workDir = dir.path() / "work dir";
-    probe.selfExe = "/opt/dtrun/bin/dtrun";
     std::filesystem::create_directories(probe.workDir);
     dtrun::test::writeFile(hostfile(), "# two hosts\nnode-a slots=2\nnode-b slots=4\n");
   }
@@ -39,15 +35,7 @@ struct Fixture {
     return resolveInvocation(mainParser(), parsed, env, probe);
   }
   std::string error(const Args& args, const Env& env = {}) const {
-    try {
-      invoke(args, env);
-    } catch (const UsageError& e) {
-      std::string msg = e.what();
-      CHECK(msg.find('\n') == std::string::npos);
-      return msg;
-    }
-    FAIL_CHECK("no UsageError");
-    return "";
+    return testing::usageErrorOf([&] { invoke(args, env); });
   }
 };
 

@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 
+#include "tests/launcher/launcher_test_util.h"
 #include "tests/support/test_support.h"
 
 using namespace dtrun::launcher;
@@ -43,15 +44,7 @@ OptionParser storeLike() {
 }
 
 std::string usageError(const OptionParser& p, const Args& args) {
-  try {
-    p.parse(args);
-  } catch (const UsageError& e) {
-    std::string msg = e.what();
-    CHECK(msg.find('\n') == std::string::npos);
-    return msg;
-  }
-  FAIL_CHECK("no UsageError");
-  return "";
+  return testing::usageErrorOf([&] { p.parse(args); });
 }
 
 // Runs handleUsage with stdout and stderr sent to files; returns {code, stdout, stderr}.

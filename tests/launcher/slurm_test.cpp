@@ -15,12 +15,13 @@
 
 #include "launcher/cli.h"
 #include "launcher/endpoint_check.h"
-#include "rendezvous/error.h"
+#include "common/error.h"
 #include "tests/support/test_support.h"
 
 using namespace dtrun::launcher;
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
+using dtrun::countVisibleGpus;
 using dtrun::agent::LaunchConfig;
 using Env = std::map<std::string, std::string>;
 using Hosts = std::vector<std::string>;

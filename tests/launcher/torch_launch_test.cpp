@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/launcher/launcher_test_util.h"
 #include "tests/support/test_support.h"
 
 using namespace dtrun::launcher;
@@ -20,25 +21,12 @@ namespace {
 
 struct Fixture {
   dtrun::test::TempDir dir;
-  HostProbe probe;
-  Fixture() {
-    probe.devDir = dir.path();
-    probe.sysDir = dir.path();
-    probe.cpuCount = 4;
-    probe.workDir = dir.path();
-    probe.selfExe = "/bin/dtrun";
-  }
+  HostProbe probe = testing::fakeProbe(dir.path(), dir.path());
   TorchLaunch launch(const Args& args, const Env& env = {}) const {
     return parseTorchLaunch(args, env, probe);
   }
   std::string error(const Args& args, const Env& env = {}) const {
-    try {
-      launch(args, env);
-    } catch (const UsageError& e) {
-      return e.what();
-    }
-    FAIL_CHECK("no UsageError");
-    return "";
+    return testing::usageErrorOf([&] { launch(args, env); });
   }
 };
 
@@ -153,7 +141,8 @@ TEST_CASE("dtrun launch --hostfile: every host's agent gets --local_rank through
       f.launch({"--hostfile", (f.dir.path() / "hosts").string(), "train.py", "x"}).invocation;
   REQUIRE(inv.multiHost);
   auto argv = inv.multiHost->agentArgv(1);
-  CHECK(argv.front() == "/bin/dtrun");  // plain dtrun, not `dtrun launch`: one notice only
+  CHECK(argv.front() ==
+        "/opt/dtrun/bin/dtrun");  // plain dtrun, not `dtrun launch`: one notice only
   CHECK(Args(argv.end() - 4, argv.end()) ==
         Args{"--", "train.py", "--local_rank=${local_rank}", "x"});
   CHECK(std::count(argv.begin(), argv.end(), "--use-env") == 0);

@@ -3,6 +3,9 @@
 #include "launcher/torch_probe.h"
 
 #include <catch2/catch.hpp>
+#include <filesystem>
+
+#include "tests/support/test_support.h"
 
 using namespace dtrun::launcher;
 using Env = std::map<std::string, std::string>;
@@ -40,4 +43,25 @@ TEST_CASE("what torchrun of each version adds for NCCL's async error handling",
         Env{{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}});
   CHECK(added("1.13.0", {{"NCCL_ASYNC_ERROR_HANDLING", "0"}}) ==
         Env{{"NCCL_ASYNC_ERROR_HANDLING", "0"}});
+}
+
+TEST_CASE("the workers' interpreter says which torch it would import", "[launcher][torch_probe]") {
+  // A torch package first on PYTHONPATH is the one the workers would import; its version.py is
+  // read, torch itself is never imported (its __init__ would fail here).
+  dtrun::test::TempDir dir;
+  std::filesystem::create_directories(dir.path() / "torch");
+  dtrun::test::writeFile(dir.path() / "torch" / "__init__.py", "raise SystemExit(9)\n");
+  dtrun::test::writeFile(dir.path() / "torch" / "version.py", "__version__ = '2.4.0+fake'\n");
+  Env env{{"PATH", "/usr/bin:/bin"}, {"PYTHONPATH", dir.path().string()}};
+  CHECK(probeTorchVersion("/usr/bin/python3", env) == "2.4.0+fake");
+  CHECK(probeTorchVersion("python3", env) == "2.4.0+fake");  // looked up in PATH
+  Env withTorch;
+  addNcclAsyncErrorHandling(withTorch, probeTorchVersion("/usr/bin/python3", env));
+  CHECK(withTorch == Env{{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"}});
+
+  // A torch without version.py, an interpreter that cannot start, none at all: unknown.
+  std::filesystem::remove(dir.path() / "torch" / "version.py");
+  CHECK_FALSE(probeTorchVersion("/usr/bin/python3", env));
+  CHECK_FALSE(probeTorchVersion("/usr/bin/python3", {{"PYTHONHOME", "/nonexistent"}}));
+  CHECK_FALSE(probeTorchVersion("/nonexistent/python3", env));
 }

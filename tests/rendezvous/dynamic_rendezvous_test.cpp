@@ -14,7 +14,7 @@
 #include <set>
 #include <thread>
 
-#include "rendezvous/error.h"
+#include "common/error.h"
 #include "rendezvous/in_memory_store.h"
 #include "rendezvous/prefix_store.h"
 #include "tests/support/test_support.h"

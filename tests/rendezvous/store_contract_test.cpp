@@ -9,7 +9,7 @@
 #include <memory>
 #include <thread>
 
-#include "rendezvous/error.h"
+#include "common/error.h"
 #include "rendezvous/in_memory_store.h"
 #include "rendezvous/prefix_store.h"
 #include "rendezvous/store_server.h"

@@ -8,7 +8,7 @@
 #include <limits>
 #include <vector>
 
-#include "rendezvous/error.h"
+#include "common/error.h"
 
 using namespace dtrun::rendezvous;
 

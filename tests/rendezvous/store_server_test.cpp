@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/error.h"
+#include "common/error.h"
 #include "rendezvous/tcp_store.h"
 #include "rendezvous/wire.h"
 #include "tests/rendezvous/store_test_util.h"

@@ -14,7 +14,7 @@
 #include <set>
 #include <string>
 
-#include "rendezvous/error.h"
+#include "common/error.h"
 #include "tests/rendezvous/store_test_util.h"
 #include "tests/support/test_support.h"
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/error.h"
+#include "common/error.h"
 
 using namespace dtrun::rendezvous;
 using namespace dtrun::rendezvous::wire;

@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "launcher/slurm.h"
-#include "rendezvous/error.h"
+#include "common/error.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {

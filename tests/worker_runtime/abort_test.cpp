@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "dtrun/worker/abort_key.h"
+#include "common/abort_key.h"
 #include "dtrun/worker/worker.h"
 #include "rendezvous/tcp_store.h"
 #include "tests/support/test_support.h"

@@ -27,7 +27,7 @@ list(SORT installed)
 string(REPLACE ";" "\n  " listing "${installed}")
 message(STATUS "installed:\n  ${listing}")
 foreach(expected include/dtrun/worker/worker.h include/dtrun/worker/c_api.h
-        include/dtrun/worker/abort_key.h include/dtrun/rendezvous/store.h)
+        include/dtrun/common/abort_key.h include/dtrun/rendezvous/store.h)
   if(NOT EXISTS ${prefix}/${expected})
     message(FATAL_ERROR "${expected} was not installed")
   endif()

@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "rendezvous/error.h"
+#include "common/error.h"
 
 namespace dtrun::worker {
 

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "rendezvous/error.h"
+#include "common/error.h"
 
 namespace dtrun::worker {
 

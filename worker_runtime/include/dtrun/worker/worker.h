@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "dtrun/worker/abort_key.h"
+#include "common/abort_key.h"
 #include "dtrun/worker/env.h"
-#include "rendezvous/error.h"
+#include "common/error.h"
 #include "rendezvous/store.h"
 
 namespace dtrun::worker {

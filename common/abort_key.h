@@ -1,4 +1,4 @@
-// The abort contract between the dtrun agent and worker_runtime (issue #5).
+// The abort contract between the dtrun agent and worker_runtime.
 //
 // Before the agent stops the workers of round N (the round every worker sees as
 // TORCHELASTIC_RESTART_COUNT=N) it sets abortKey(N) = "dtrun/abort/<N>" to a short UTF-8 reason
@@ -9,8 +9,8 @@
 // ncclCommAbort on every live communicator, so a collective blocked on a dead peer returns at once.
 // Losing the store (after a short reconnect grace) counts as an abort too.
 //
-// This header uses only the standard library: the agent includes it as
-// "worker_runtime/include/dtrun/worker/abort_key.h" without linking dtrun_worker.
+// Both sides include it from common/, which the agent and worker_runtime may both use; it needs
+// only the standard library.
 #pragma once
 
 #include <cstddef>

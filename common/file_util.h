@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "rendezvous/error.h"
+#include "common/error.h"
 
 namespace dtrun {
 
