@@ -2,44 +2,30 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <boost/asio/post.hpp>
-#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <map>
-#include <nlohmann/json.hpp>
+#include <set>
 
 #include "agent/error_file.h"
-#include "common/devices.h"
+#include "agent/worker_env.h"
 #include "common/error.h"
-#include "common/signals.h"
 
 namespace dtrun::agent {
 namespace {
 
-constexpr int kStderrTailLines = 20;
-
-bool terminating(int signo) {
-  return signo == SIGTERM || signo == SIGINT || signo == SIGHUP || signo == SIGQUIT;
-}
-
-std::string signalList(const std::vector<int>& signals) {
-  std::string s;
-  for (int sig : signals) {
-    if (!s.empty()) s += ",";
-    s += signalName(sig);
-  }
-  return s;
-}
+// std::visit over the action variant with one lambda per alternative.
+template <typename... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+template <typename... F>
+Overloaded(F...) -> Overloaded<F...>;
 
 // Live children of this process that are not current workers: orphans our workers left behind,
 // which we adopted as child subreaper. A scan of /proc: only at the end of a round.
@@ -67,6 +53,20 @@ std::vector<int> adoptedChildren(const std::set<int>& workers) {
   return found;
 }
 
+PolicySettings policySettings(const LaunchConfig& config, const AgentContext& context,
+                              const JobLink& job) {
+  PolicySettings s;
+  s.role = config.role;
+  s.hostname = context.hostname;
+  s.entrypointName = config.entrypointName;
+  s.nprocPerNode = config.nprocPerNode;
+  s.maxRestarts = config.maxRestarts;
+  s.maxNodes = config.rdzv.maxNodes;
+  s.closeTimeout = config.rdzv.closeTimeout;
+  s.servesOthers = job.servesOthers();
+  return s;
+}
+
 }  // namespace
 
 Agent::Agent(boost::asio::io_context& io, const LaunchConfig& config, JobLink& job,
@@ -76,6 +76,7 @@ Agent::Agent(boost::asio::io_context& io, const LaunchConfig& config, JobLink& j
       job_(job),
       context_(std::move(context)),
       log_(std::move(log)),
+      policy_(policySettings(config, context_, job), log_),
       logDir_(config.logDir, config.rdzv.runId),
       // --event-log-handler console: torchrun's console handler prints each event on stderr.
       events_(config.eventLog, config.eventLogHandler == "console" ? STDERR_FILENO : -1),
@@ -86,33 +87,6 @@ Agent::Agent(boost::asio::io_context& io, const LaunchConfig& config, JobLink& j
       finishTimer_(io),
       abortTimer_(io) {}
 
-const char* Agent::name(State s) {
-  switch (s) {
-    case State::kJoining:
-      return "joining";
-    case State::kRunning:
-      return "running";
-    case State::kStopping:
-      return "stopping";
-    case State::kDoneWaiting:
-      return "done_waiting";
-    case State::kIdle:
-      return "idle";
-    case State::kFinishing:
-      return "finishing";
-    case State::kFinished:
-      return "finished";
-  }
-  return "?";
-}
-
-void Agent::transition(State next) {
-  if (next == state_) return;
-  log_->debug("agent: {} -> {}", name(state_), name(next));
-  if (state_ == State::kRunning || state_ == State::kDoneWaiting) advanceAsked_ = false;
-  state_ = next;
-}
-
 int Agent::run() {
   // Orphans of our workers (daemonised grandchildren) are re-parented to us instead of init, so
   // the stop sweep can end them: nothing dtrun started outlives it.
@@ -121,10 +95,109 @@ int Agent::run() {
   armSigchld();
   log_->info("agent: log directory set to: {}",
              logDir_.runDir().empty() ? "<none>" : logDir_.runDir());
-  job_.watch([this] { onEpoch(); }, [this](std::string why) { onStoreLost(why); });
-  join();
+  job_.watch([this] { dispatch(event::JobChanged{}); },
+             [this](std::string why) { dispatch(event::JobLost{job_.describe() + ": " + why}); });
+  dispatch(event::Start{});
   io_.run();
-  return exitCode_;
+  return policy_.exitCode();
+}
+
+void Agent::dispatch(Event e) {
+  pending_.push_back(std::move(e));
+  if (dispatching_) return;
+  dispatching_ = true;
+  while (!pending_.empty() && !finished_) {
+    Event next = std::move(pending_.front());
+    pending_.pop_front();
+    for (Action& a : policy_.handle(next)) {
+      if (finished_) break;
+      execute(a);
+    }
+  }
+  pending_.clear();
+  dispatching_ = false;
+}
+
+template <typename T>
+std::function<void(Result<T>)> Agent::guarded(std::function<void(Result<T>)> done) {
+  return [this, done = std::move(done)](Result<T> r) {
+    if (!finished_) done(std::move(r));
+  };
+}
+
+void Agent::execute(Action& action) {
+  std::visit(
+      Overloaded{
+          [&](action::Join&) {
+            job_.join(guarded<rendezvous::RoundInfo>([this](Result<rendezvous::RoundInfo> r) {
+              if (r.ok()) {
+                dispatch(event::Joined{*r.value});
+              } else {
+                dispatch(event::JoinFailed{r.message()});
+              }
+            }));
+          },
+          [&](action::GetWorkerStore&) {
+            job_.workerStore(policy_.round(), guarded<WorkerStore>([this](Result<WorkerStore> r) {
+                               if (r.ok()) {
+                                 dispatch(event::WorkerStoreReady{*r.value});
+                               } else {
+                                 dispatch(event::WorkerStoreFailed{r.message()});
+                               }
+                             }));
+          },
+          [&](action::StartWorkers& a) { startWorkers(a.round, a.store); },
+          [&](action::CollectFailure& a) { collectFailure(a.localRank, a.status); },
+          [&](action::ReportFailure& a) {
+            const std::int64_t round = a.round;
+            job_.reportFailure(round, nlohmann::json(a.failure).dump(), config_.maxRestarts,
+                               guarded<bool>([this, round](Result<bool> r) {
+                                 if (!r.ok()) {
+                                   log_->error("could not report the failure: {}", r.message());
+                                   return;
+                                 }
+                                 events_.record("restart_decided", {{"round", round},
+                                                                    {"reason", "worker_failure"},
+                                                                    {"decided_here", *r.value}});
+                               }));
+          },
+          [&](action::StopWorkers& a) { stopWorkers(a.signo, std::move(a.abortReason)); },
+          [&](action::SignalWorkers& a) { workers_.signalAll(a.signo); },
+          [&](action::Sweep&) { sweep(); },
+          [&](action::MarkDone& a) {
+            job_.markDone(a.round, a.groupWorldSize,
+                          guarded<std::int64_t>([this](Result<std::int64_t> r) {
+                            if (!r.ok()) log_->warn("could not report success: {}", r.message());
+                          }));
+          },
+          [&](action::QueryState& a) {
+            job_.state(a.round,
+                       guarded<rendezvous::JobState>([this](Result<rendezvous::JobState> r) {
+                         if (r.ok()) {
+                           dispatch(event::StateRead{*r.value});
+                         } else {
+                           dispatch(event::JobLost{job_.describe() + ": " + r.message()});
+                         }
+                       }));
+          },
+          [&](action::Advance& a) {
+            job_.advance(a.round, guarded<bool>([this](Result<bool> r) {
+                           if (!r.ok()) log_->warn("could not start a new round: {}", r.message());
+                         }));
+          },
+          [&](action::ReadFailures& a) { readFailures(a.round); },
+          [&](action::PrintReport& a) { printReport(a.failures); },
+          [&](action::StartFinishTimer& a) {
+            finishTimer_.expires_after(a.after);
+            finishTimer_.async_wait([this](boost::system::error_code ec) {
+              if (!ec) dispatch(event::FinishTimerExpired{});
+            });
+          },
+          [&](action::Record& a) { events_.record(a.name, a.fields); },
+          [&](action::CloseJob&) { job_.close(); },
+          [&](action::Finish& a) { finish(a.code); },
+      },
+      action);
 }
 
 void Agent::armSignals() {
@@ -134,52 +207,15 @@ void Agent::armSignals() {
     if (ec) log_->warn("agent: cannot handle signal {}: {}", sig, ec.message());
   }
   signals_.async_wait([this](auto ec, int signo) {
-    if (ec) return;
-    onSignal(signo);
-    if (state_ != State::kFinished) armSignals();
+    if (ec || finished_) return;
+    dispatch(event::Signal{signo});
+    if (!finished_) armSignals();
   });
 }
 
-void Agent::join() {
-  transition(State::kJoining);
-  log_->info("agent: [{}] rendezvous'ing worker group", config_.role);
-  job_.join([this](Result<rendezvous::RoundInfo> r) {
-    if (state_ != State::kJoining) return;
-    if (!r.ok()) {
-      log_->error("rendezvous failed: {}", r.message());
-      events_.record("shutdown", {{"reason", "rendezvous_failed"}, {"error", r.message()}});
-      finish(1);
-      return;
-    }
-    onJoined(*r.value);
-  });
-}
-
-void Agent::onJoined(const rendezvous::RoundInfo& round) {
+void Agent::startWorkers(const rendezvous::RoundInfo& round, const WorkerStore& store) {
   round_ = round;
-  haveRound_ = true;
-  localFailures_.clear();
-  nlohmann::json nodes = nlohmann::json::array();
-  for (const auto& n : round.nodes) nodes.push_back(n);
-  events_.record("rendezvous_done", {{"round", round.round},
-                                     {"group_rank", round.groupRank},
-                                     {"group_world_size", round.groupWorldSize},
-                                     {"rank_offset", round.rankOffset},
-                                     {"world_size", round.worldSize},
-                                     {"nodes", nodes}});
-  job_.workerStore(round, [this](Result<WorkerStore> r) {
-    if (state_ != State::kJoining) return;
-    if (!r.ok()) {
-      log_->error("could not agree on MASTER_ADDR:MASTER_PORT: {}", r.message());
-      finish(1);
-      return;
-    }
-    startWorkers(r.value->addr, r.value->port);
-  });
-}
-
-void Agent::startWorkers(const std::string& masterAddr, std::uint16_t masterPort) {
-  const auto attempt = static_cast<int>(round_.round);
+  const auto attempt = static_cast<int>(round.round);
   logDir_.prepareAttempt(attempt, config_.nprocPerNode);
   std::vector<WorkerSpec> specs;
   std::vector<UniqueFd> childEnds;  // closed once the workers are spawned
@@ -188,49 +224,37 @@ void Agent::startWorkers(const std::string& masterAddr, std::uint16_t masterPort
   for (int lr = 0; lr < config_.nprocPerNode; ++lr) {
     WorkerSpec spec;
     spec.localRank = lr;
-    spec.rank = round_.rankOffset + lr;
-    spec.spawn.argv = workerArgv(lr);
-    spec.spawn.env = workerEnv(lr, masterAddr, masterPort);
+    spec.rank = round.rankOffset + lr;
+    spec.spawn.argv = workerArgv(config_, lr);
+    spec.spawn.env = workerEnv(config_, round, lr, store, logDir_.errorFilePath(attempt, lr));
     spec.spawn.keepFds = context_.userFds;
-    routeStreams(lr, spec.spawn, childEnds);
+    routeStreams(round, lr, spec.spawn, childEnds);
     specs.push_back(std::move(spec));
   }
-  transition(State::kRunning);
-  log_->info("agent: [{}] starting worker group: round {}, ranks {}..{} of {}, master {}:{}",
-             config_.role, round_.round, round_.rankOffset,
-             round_.rankOffset + config_.nprocPerNode - 1, round_.worldSize, masterAddr,
-             masterPort);
   workers_.start(specs, [this](int lr, ExitStatus s) { onWorkerExit(lr, s); });
   if (context_.guard) {
     for (int g : workers_.groups()) context_.guard->add(g);
   }
   childEnds.clear();  // the workers hold their ends now; ours must close for EOF to come
   for (int lr = 0; lr < config_.nprocPerNode; ++lr) {
-    events_.record("worker_started", {{"round", round_.round},
+    events_.record("worker_started", {{"round", round.round},
                                       {"local_rank", lr},
-                                      {"rank", round_.rankOffset + lr},
+                                      {"rank", round.rankOffset + lr},
                                       {"pid", workers_.worker(lr).pid()}});
   }
-  // Something may have happened while we were starting (a failure elsewhere, a node leaving).
-  queryState();
 }
 
-void Agent::routeStreams(int lr, SpawnSpec& spawn, std::vector<UniqueFd>& childEnds) {
-  // torchrun's rules (spec §5.10): a redirected stream goes to its file only; a tee'd one to the
-  // file and, prefixed, to the console; --local-ranks-filter silences the console of the
-  // others. dtrun also passes the streams that torchrun leaves alone through the forwarder, so
-  // lines never interleave mid-line and stderr's last lines are at hand for the report.
-  const int attempt = static_cast<int>(round_.round);
+void Agent::routeStreams(const rendezvous::RoundInfo& round, int lr, SpawnSpec& spawn,
+                         std::vector<UniqueFd>& childEnds) {
+  // torchrun's rules: a redirected stream goes to its file only; a tee'd one to the file and,
+  // prefixed, to the console; --local-ranks-filter silences the console of the others. dtrun
+  // also passes the streams that torchrun leaves alone through the forwarder, so lines never
+  // interleave mid-line and stderr's last lines are at hand for the report.
+  const int attempt = static_cast<int>(round.round);
   const int redirect = static_cast<int>(config_.redirects.forRank(lr));
   const int tee = static_cast<int>(config_.tee.forRank(lr));
   const bool onConsole = !config_.localRanksFilter || config_.localRanksFilter->count(lr) != 0;
-  LinePrefixVars vars;
-  vars.roleName = config_.role;
-  vars.rank = round_.rankOffset + lr;
-  vars.localRank = lr;
-  vars.host = context_.hostname;
-  vars.nodeRank = round_.groupRank;
-  vars.restart = attempt;
+  const LinePrefixVars vars = linePrefixVars(config_, round, lr, context_.hostname);
   for (int bit : {static_cast<int>(Std::kOut), static_cast<int>(Std::kErr)}) {
     const bool isOut = bit == static_cast<int>(Std::kOut);
     const std::string file =
@@ -267,68 +291,6 @@ void Agent::routeStreams(int lr, SpawnSpec& spawn, std::vector<UniqueFd>& childE
   }
 }
 
-std::vector<std::string> Agent::workerArgv(int localRank) const {
-  std::vector<std::string> argv;
-  for (const auto& a : config_.entrypoint) argv.push_back(a);
-  for (const auto& a : config_.scriptArgs) {
-    argv.push_back(safeSubstitute(a, {{"local_rank", std::to_string(localRank)}}));
-  }
-  return argv;
-}
-
-std::vector<std::string> Agent::workerEnv(int localRank, const std::string& masterAddr,
-                                          std::uint16_t masterPort) const {
-  std::map<std::string, std::string> env = config_.baseEnv;
-  const int nproc = config_.nprocPerNode;
-  const int rank = round_.rankOffset + localRank;
-  // Role ranks: the prefix sum over nodes of the same role, in group rank order.
-  int roleRank = rank;
-  int roleWorldSize = round_.worldSize;
-  bool allKnown = round_.mixedRoles && !round_.nodes.empty();
-  for (const auto& n : round_.nodes) allKnown = allKnown && n.pid != 0;
-  if (allKnown) {
-    roleRank = localRank;
-    roleWorldSize = 0;
-    for (int g = 0; g < static_cast<int>(round_.nodes.size()); ++g) {
-      if (round_.nodes[g].role != config_.role) continue;
-      roleWorldSize += round_.nodes[g].nproc;
-      if (g < round_.groupRank) roleRank += round_.nodes[g].nproc;
-    }
-  }
-  env["LOCAL_RANK"] = std::to_string(config_.virtualLocalRank ? 0 : localRank);
-  env["RANK"] = std::to_string(rank);
-  env["GROUP_RANK"] = std::to_string(round_.groupRank);
-  env["ROLE_RANK"] = std::to_string(roleRank);
-  env["ROLE_NAME"] = config_.role;
-  env["LOCAL_WORLD_SIZE"] = std::to_string(nproc);
-  env["WORLD_SIZE"] = std::to_string(round_.worldSize);
-  env["GROUP_WORLD_SIZE"] = std::to_string(round_.groupWorldSize);
-  env["ROLE_WORLD_SIZE"] = std::to_string(roleWorldSize);
-  env["MASTER_ADDR"] = masterAddr;
-  env["MASTER_PORT"] = std::to_string(masterPort);
-  env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(round_.round);
-  env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(config_.maxRestarts);
-  env["TORCHELASTIC_RUN_ID"] = config_.rdzv.runId;
-  env["TORCHELASTIC_USE_AGENT_STORE"] = config_.agentStore ? "True" : "False";
-  // (TORCH_)NCCL_ASYNC_ERROR_HANDLING: baseEnv holds the name the workers' torch reads, as the
-  // launcher chose it (launcher/torch_probe.h).
-  env["TORCHELASTIC_ERROR_FILE"] = logDir_.errorFilePath(static_cast<int>(round_.round), localRank);
-  env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = signalList(config_.signalsToHandle);
-  if (config_.virtualLocalRank) {
-    // Each worker sees only its own device, as LOCAL_RANK 0 (newest torchrun).
-    std::string device = std::to_string(localRank);
-    if (auto it = config_.baseEnv.find("CUDA_VISIBLE_DEVICES"); it != config_.baseEnv.end()) {
-      const auto ids = parseVisibleDevices(it->second).entries();
-      if (localRank < static_cast<int>(ids.size())) device = ids[localRank];
-    }
-    env["CUDA_VISIBLE_DEVICES"] = device;
-  }
-  std::vector<std::string> out;
-  out.reserve(env.size());
-  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
-  return out;
-}
-
 void Agent::onWorkerExit(int localRank, ExitStatus status) {
   const auto& w = workers_.worker(localRank);
   events_.record(
@@ -345,103 +307,66 @@ void Agent::onWorkerExit(int localRank, ExitStatus status) {
   if (auto out = std::exchange(outStreams_[localRank], std::nullopt)) {
     forwarder_.drainAndClose(*out, [](std::vector<std::string>) {});
   }
-  if (state_ != State::kRunning) {
-    if (auto err = std::exchange(errStreams_[localRank], std::nullopt)) {
-      forwarder_.drainAndClose(*err, [](std::vector<std::string>) {});
-    }
-    return;  // expected: we are stopping them
-  }
-  if (status.success()) {
-    if (auto err = std::exchange(errStreams_[localRank], std::nullopt)) {
-      forwarder_.drainAndClose(*err, [](std::vector<std::string>) {});
-    }
-    if (workers_.anyRunning()) return;
-    sweepWorkers();
-    log_->info("agent: [{}] local worker group finished (SUCCEEDED); waiting for the other nodes",
-               config_.role);
-    transition(State::kDoneWaiting);
-    job_.markDone(round_.round, round_.groupWorldSize, [this](Result<std::int64_t> r) {
-      if (!r.ok()) log_->warn("could not report success: {}", r.message());
-    });
-    return;
-  }
-  // A failure. Stop the rest of the group first (all or nothing), then read what the worker
-  // left on stderr for the report.
-  transition(State::kStopping);
-  const int rank = round_.rankOffset + localRank;
+  dispatch(event::WorkerExited{localRank, status});
+  // Unless the policy collected it for a failure report, stderr goes the same way.
   if (auto err = std::exchange(errStreams_[localRank], std::nullopt)) {
-    forwarder_.drainAndClose(*err, [this, localRank, status](std::vector<std::string> tail) {
-      onWorkerFailed(localRank, status, std::move(tail));
-    });
-  } else {
-    onWorkerFailed(localRank, status,
-                   tailFile(logDir_.stderrPath(static_cast<int>(round_.round), localRank)));
+    forwarder_.drainAndClose(*err, [](std::vector<std::string>) {});
   }
-  abortAndStop("rank " + std::to_string(rank) + " on " + context_.hostname + " failed with " +
-                   status.describe(),
-               [this] {
-                 transition(State::kIdle);
-                 queryState();
-               });
 }
 
-void Agent::onWorkerFailed(int localRank, ExitStatus status, std::vector<std::string> stderrTail) {
-  // Record the failure job-wide and let the job's state decide what comes next.
+void Agent::collectFailure(int localRank, ExitStatus status) {
   const auto& w = workers_.worker(localRank);
-  const int rank = round_.rankOffset + localRank;
   log_->error("agent: failed ({}) local_rank: {} (pid: {}) of {}", status.describe(), localRank,
               w.pid(), config_.entrypointName);
   FailedExit exit;
   exit.localRank = localRank;
-  exit.rank = rank;
+  exit.rank = round_.rankOffset + localRank;
   exit.pid = w.pid();
   exit.exitCode = status.torchExitCode();
   exit.host = context_.hostname;
   exit.errorFile = logDir_.errorFilePath(static_cast<int>(round_.round), localRank);
   exit.observedAt = std::chrono::system_clock::now();
-  exit.stderrTail = std::move(stderrTail);
-  if (!w.execError().empty()) exit.stderrTail.push_back(w.execError());
-  ProcessFailure failure = buildProcessFailure(exit);
-  localFailures_.push_back(failure);
-  const std::int64_t failedRound = round_.round;
-  job_.reportFailure(round_.round, nlohmann::json(failure).dump(), config_.maxRestarts,
-                     [this, failedRound](Result<bool> r) {
-                       if (!r.ok()) {
-                         log_->error("could not report the failure: {}", r.message());
-                         return;
-                       }
-                       events_.record("restart_decided", {{"round", failedRound},
-                                                          {"reason", "worker_failure"},
-                                                          {"decided_here", *r.value}});
-                     });
-}
-
-void Agent::stopWorkers(int signo, std::function<void()> then) {
-  workers_.stop(signo, config_.shutdownTimeout, [this, then = std::move(then)] {
-    sweepWorkers();
-    if (then) then();
-  });
-}
-
-void Agent::abortAndStop(const std::string& reason, std::function<void()> then) {
-  // Native workers blocked in a collective on a dead peer return at once when they see the key;
-  // SIGTERM then finds them out of NCCL. The bound keeps a slow store from delaying the stop.
-  auto started = std::make_shared<bool>(false);
-  auto stop = [this, started, then = std::move(then)]() mutable {
-    if (*started) return;
-    *started = true;
-    abortTimer_.cancel();
-    stopWorkers(SIGTERM, std::move(then));
+  auto done = [this, exit, execError = w.execError()](std::vector<std::string> tail) mutable {
+    exit.stderrTail = std::move(tail);
+    if (!execError.empty()) exit.stderrTail.push_back(execError);
+    if (!finished_) dispatch(event::FailureCollected{buildProcessFailure(exit)});
   };
-  auto shared = std::make_shared<decltype(stop)>(std::move(stop));
-  abortTimer_.expires_after(std::chrono::milliseconds(200));
-  abortTimer_.async_wait([shared](boost::system::error_code ec) {
-    if (!ec) (*shared)();
-  });
-  job_.abortWorkers(round_.round, reason, [shared] { (*shared)(); });
+  if (auto err = std::exchange(errStreams_[localRank], std::nullopt)) {
+    forwarder_.drainAndClose(*err, std::move(done));
+  } else {
+    done(tailFile(logDir_.stderrPath(static_cast<int>(round_.round), localRank)));
+  }
 }
 
-void Agent::sweepWorkers() {
+void Agent::stopWorkers(int signo, std::optional<std::string> abortReason) {
+  auto stop = [this, signo] {
+    workers_.stop(signo, config_.shutdownTimeout, [this] {
+      sweep();
+      if (!finished_) dispatch(event::WorkersStopped{});
+    });
+  };
+  if (!abortReason) {
+    stop();
+    return;
+  }
+  // Native workers blocked in a collective on a dead peer return at once when they see the
+  // round's abort key; the signal then finds them out of NCCL. The bound keeps a slow store from
+  // delaying the stop.
+  auto once = std::make_shared<std::function<void()>>(std::move(stop));
+  auto fire = [once] {
+    if (auto f = std::exchange(*once, nullptr)) f();
+  };
+  abortTimer_.expires_after(std::chrono::milliseconds(200));
+  abortTimer_.async_wait([fire](boost::system::error_code ec) {
+    if (!ec) fire();
+  });
+  job_.abortWorkers(round_.round, *abortReason, [this, fire] {
+    abortTimer_.cancel();
+    fire();
+  });
+}
+
+void Agent::sweep() {
   workers_.sweep();
   // Daemonised grandchildren that left the worker's process group: ours as subreaper. With no
   // worker running, waitid() says at once whether this process has any child left at all; only
@@ -460,153 +385,44 @@ void Agent::sweepWorkers() {
   }
 }
 
-void Agent::onEpoch() { queryState(); }
+void Agent::readFailures(std::int64_t round) {
+  job_.failures(round,
+                guarded<std::vector<std::string>>([this](Result<std::vector<std::string>> r) {
+                  std::vector<ProcessFailure> failures;
+                  if (!r.ok()) {
+                    log_->warn("could not read the job's failures: {}", r.message());
+                  }
+                  for (const auto& f : r.ok() ? *r.value : std::vector<std::string>{}) {
+                    try {
+                      failures.push_back(nlohmann::json::parse(f).get<ProcessFailure>());
+                    } catch (const std::exception& e) {
+                      log_->warn("unreadable failure record: {}", e.what());
+                    }
+                  }
+                  dispatch(event::FailuresRead{std::move(failures)});
+                }));
+}
 
-void Agent::queryState() {
-  if (!haveRound_ || state_ == State::kJoining || state_ == State::kFinished) return;
-  if (queryInFlight_) {
-    requery_ = true;
-    return;
-  }
-  queryInFlight_ = true;
-  job_.state(round_.round, [this](Result<rendezvous::JobState> r) {
-    queryInFlight_ = false;
-    if (!r.ok()) {
-      onStoreLost(r.message());
-      return;
+void Agent::printReport(const std::vector<ProcessFailure>& failures) {
+  std::fprintf(stderr, "%s\n", formatFailureReport(config_.entrypointName, failures).c_str());
+  std::fflush(stderr);
+  if (auto it = config_.baseEnv.find("TORCHELASTIC_ERROR_FILE");
+      it != config_.baseEnv.end() && !it->second.empty()) {
+    try {
+      writeAgentErrorFile(it->second, failures[rootCauseIndex(failures)]);
+    } catch (const std::exception& e) {
+      log_->warn("could not write the agent's error file: {}", e.what());
     }
-    onState(*r.value);
-    if (requery_) {
-      requery_ = false;
-      queryState();
-    }
-  });
-}
-
-void Agent::onState(const rendezvous::JobState& s) {
-  if (state_ == State::kJoining || state_ == State::kFinished || shuttingDown_) return;
-  if (s.final) {
-    finishFailed(*s.final);
-    return;
   }
-  if (state_ == State::kFinishing) {
-    // This node serves the store: leave once every other member has disconnected.
-    if (s.gone >= round_.groupWorldSize - 1) finish(0);
-    return;
-  }
-  if (s.round > round_.round) {
-    if (state_ == State::kStopping) return;  // we come back here when the workers are gone
-    log_->warn("agent: [{}] round {} is over; restarting into round {}", config_.role, round_.round,
-               s.round);
-    events_.record("restart_decided", {{"round", round_.round}, {"next_round", s.round}});
-    transition(State::kStopping);
-    abortAndStop("round " + std::to_string(round_.round) + " is over", [this] { join(); });
-    return;
-  }
-  if (state_ == State::kDoneWaiting && s.done >= round_.groupWorldSize) {
-    events_.record("shutdown", {{"reason", "succeeded"}, {"round", round_.round}});
-    if (job_.servesOthers() && round_.groupWorldSize > 1) {
-      // The others still need the store to see that the job is done; wait for them to go,
-      // but not for ever.
-      transition(State::kFinishing);
-      finishTimer_.expires_after(config_.rdzv.closeTimeout);
-      finishTimer_.async_wait([this](auto ec) {
-        if (!ec) finish(0);
-      });
-      queryState();
-      return;
-    }
-    finish(0);
-    return;
-  }
-  const bool roomForLate = s.waiting > 0 && round_.groupWorldSize < config_.rdzv.maxNodes;
-  if ((s.gone > 0 || roomForLate) && !advanceAsked_ &&
-      (state_ == State::kRunning || state_ == State::kDoneWaiting || state_ == State::kIdle)) {
-    advanceAsked_ = true;
-    log_->warn("agent: [{}] {}; starting a new round", config_.role,
-               s.gone > 0 ? "a node left the job" : "a new node is waiting to join");
-    job_.advance(round_.round, [this](Result<bool> r) {
-      if (!r.ok()) log_->warn("could not start a new round: {}", r.message());
-    });
-  }
-}
-
-void Agent::finishFailed(const std::string& finalJson) {
-  if (state_ == State::kFinished || state_ == State::kFinishing) return;
-  transition(State::kFinishing);
-  const std::int64_t round = nlohmann::json::parse(finalJson).value("round", round_.round);
-  stopWorkers(SIGTERM, [this, round] {
-    job_.failures(round, [this](Result<std::vector<std::string>> r) {
-      std::vector<ProcessFailure> failures;
-      if (r.ok()) {
-        for (const auto& f : *r.value) {
-          try {
-            failures.push_back(nlohmann::json::parse(f).get<ProcessFailure>());
-          } catch (const std::exception& e) {
-            log_->warn("unreadable failure record: {}", e.what());
-          }
-        }
-      }
-      if (failures.empty()) failures = localFailures_;
-      std::sort(failures.begin(), failures.end(),
-                [](const auto& a, const auto& b) { return a.rank < b.rank; });
-      if (!failures.empty()) {
-        std::fprintf(stderr, "%s\n", formatFailureReport(config_.entrypointName, failures).c_str());
-        std::fflush(stderr);
-        if (auto it = config_.baseEnv.find("TORCHELASTIC_ERROR_FILE");
-            it != config_.baseEnv.end() && !it->second.empty()) {
-          try {
-            writeAgentErrorFile(it->second, failures[rootCauseIndex(failures)]);
-          } catch (const std::exception& e) {
-            log_->warn("could not write the agent's error file: {}", e.what());
-          }
-        }
-      }
-      events_.record("shutdown", {{"reason", "failed"}, {"round", round_.round}});
-      finish(1);
-    });
-  });
-}
-
-void Agent::onSignal(int signo) {
-  if (!terminating(signo)) {
-    // SIGUSR1/SIGUSR2 and the like (Slurm's preemption warning): pass them on, keep running.
-    log_->warn("agent: forwarding signal {} to the workers", signalName(signo));
-    workers_.signalAll(signo);
-    return;
-  }
-  if (shuttingDown_) {
-    log_->warn("agent: second {}: killing the workers now", signalName(signo));
-    workers_.signalAll(SIGKILL);
-    return;
-  }
-  shuttingDown_ = true;
-  // Workers dying of the signal we forward are not failures: leave the running state first.
-  if (state_ == State::kRunning || state_ == State::kDoneWaiting) transition(State::kStopping);
-  log_->warn("agent: received {} death signal, shutting down workers", signalName(signo));
-  events_.record("shutdown", {{"reason", "signal"}, {"signal", signo}});
-  // The rendezvous stays open: our connection closing tells the other nodes we left.
-  stopWorkers(signo, [this] { finish(1); });
-}
-
-void Agent::onStoreLost(const std::string& why) {
-  if (state_ == State::kFinished) return;
-  if (state_ == State::kFinishing && job_.servesOthers()) return;
-  log_->error("agent: lost the rendezvous {}: {}", job_.describe(), why);
-  events_.record("shutdown", {{"reason", "store_lost"}, {"error", why}});
-  shuttingDown_ = true;
-  // The workers we stop now are not failures.
-  if (state_ == State::kRunning || state_ == State::kDoneWaiting) transition(State::kStopping);
-  job_.close();
-  stopWorkers(SIGTERM, [this] { finish(1); });
 }
 
 void Agent::finish(int code) {
-  if (state_ == State::kFinished) return;
-  transition(State::kFinished);
-  exitCode_ = code;
+  if (finished_) return;
+  finished_ = true;
+  log_->debug("agent: finished with exit code {}", code);
   logDir_.removeIfEmpty();
   finishTimer_.cancel();
+  abortTimer_.cancel();
   boost::system::error_code ignored;
   signals_.cancel(ignored);
   sigchld_.cancel(ignored);
@@ -630,7 +446,7 @@ void Agent::reapOrphans() {
 
 void Agent::armSigchld() {
   sigchld_.async_wait([this](auto ec, int) {
-    if (ec || state_ == State::kFinished) return;
+    if (ec || finished_) return;
     reapOrphans();
     armSigchld();
   });

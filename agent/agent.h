@@ -1,15 +1,10 @@
-// Agent: the per-node elastic agent. It rendezvouses, starts the local workers, watches them and
-// the job, and restarts, stops or finishes. One io_context, one thread; store calls go through
-// C10dJob's threads and come back as posted handlers.
+// Agent: the per-node elastic agent's mechanism. The decisions are the Policy's (agent/
+// policy.h): every event goes to the policy, and the agent carries out the actions it returns
+// with its mechanisms: the workers (WorkerGroup), the job (JobLink), their output
+// (LogForwarder, LogDir), signals, timers, the event log and the failure report.
 //
-//   joining --(round closed)--> running --(all local workers exit 0)--> done_waiting
-//      ^                           |                                         |
-//      |                 (worker fails | round advanced |          (every node done)
-//      |                  final | signal | store lost)                       v
-//      |                           v                                     finishing
-//      +-----(round advanced)--- stopping --(workers gone)--> idle           |
-//                                                               \            v
-//                                              (final | signal | lost) --> finished
+// One io_context, one thread: every handler runs there, so nothing here needs a lock. A JobLink
+// that blocks keeps that off this thread and posts its results back (agent/job_link.h).
 #pragma once
 
 #include <spdlog/logger.h>
@@ -17,20 +12,19 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <chrono>
-#include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "agent/event_log.h"
-#include "agent/failure_report.h"
 #include "agent/job_link.h"
 #include "agent/launch_config.h"
 #include "agent/log_dir.h"
 #include "agent/log_forwarder.h"
 #include "agent/orphan_guard.h"
+#include "agent/policy.h"
 #include "agent/worker_group.h"
 
 namespace dtrun::agent {
@@ -57,47 +51,43 @@ class Agent {
   int run();
 
  private:
-  enum class State { kJoining, kRunning, kStopping, kDoneWaiting, kIdle, kFinishing, kFinished };
-  static const char* name(State s);
-  void transition(State next);
+  /// Hands `e` to the policy and carries out what it asks; events raised meanwhile wait their
+  /// turn, so the policy always sees one event at a time.
+  void dispatch(Event e);
+  void execute(Action& a);
 
-  void join();
-  void onJoined(const rendezvous::RoundInfo& round);
-  void startWorkers(const std::string& masterAddr, std::uint16_t masterPort);
-  std::vector<std::string> workerEnv(int localRank, const std::string& masterAddr,
-                                     std::uint16_t masterPort) const;
-  std::vector<std::string> workerArgv(int localRank) const;
-  /// Opens the forwarded streams of one worker; fills the fds its spawn spec gets.
-  void routeStreams(int localRank, SpawnSpec& spawn, std::vector<UniqueFd>& childEnds);
+  // The mechanisms, one per action.
+  void startWorkers(const rendezvous::RoundInfo& round, const WorkerStore& store);
+  /// Opens the forwarded streams of one worker; fills the descriptors its spawn spec gets.
+  void routeStreams(const rendezvous::RoundInfo& round, int localRank, SpawnSpec& spawn,
+                    std::vector<UniqueFd>& childEnds);
   void onWorkerExit(int localRank, ExitStatus status);
-  void onWorkerFailed(int localRank, ExitStatus status, std::vector<std::string> stderrTail);
-  void onEpoch();
-  void queryState();
-  void onState(const rendezvous::JobState& s);
-  void stopWorkers(int signo, std::function<void()> then);
-  /// Sets the round's abort key for native workers, then stopWorkers(SIGTERM) once the store
-  /// has it, or after a short bound if the store is slow.
-  void abortAndStop(const std::string& reason, std::function<void()> then);
+  void collectFailure(int localRank, ExitStatus status);
+  void stopWorkers(int signo, std::optional<std::string> abortReason);
   /// After the round's workers exited: ends their process groups and adopted orphans.
-  void sweepWorkers();
-  void onSignal(int signo);
-  void onStoreLost(const std::string& why);
-  void finishFailed(const std::string& finalJson);
-  void finish(int code);
+  void sweep();
   void reapOrphans();
-  void armSigchld();
+  void readFailures(std::int64_t round);
+  void printReport(const std::vector<ProcessFailure>& failures);
+  void finish(int code);
   void armSignals();
+  void armSigchld();
+  /// Runs `done` with the result on this thread, unless the agent finished meanwhile.
+  template <typename T>
+  std::function<void(Result<T>)> guarded(std::function<void(Result<T>)> done);
 
   boost::asio::io_context& io_;
   const LaunchConfig& config_;
   JobLink& job_;
   AgentContext context_;
   std::shared_ptr<spdlog::logger> log_;
+  Policy policy_;
   LogDir logDir_;
   EventLog events_;
   WorkerGroup workers_;
   LogForwarder forwarder_;
-  /// Forwarded stream ids per local rank of the current round (stdout, stderr).
+  /// The current round (as started) and its forwarded stream ids per local rank.
+  rendezvous::RoundInfo round_;
   std::vector<std::optional<LogForwarder::StreamId>> outStreams_;
   std::vector<std::optional<LogForwarder::StreamId>> errStreams_;
   boost::asio::signal_set signals_;
@@ -105,15 +95,9 @@ class Agent {
   boost::asio::steady_timer finishTimer_;
   boost::asio::steady_timer abortTimer_;
 
-  State state_ = State::kJoining;
-  rendezvous::RoundInfo round_;
-  bool haveRound_ = false;
-  bool queryInFlight_ = false;
-  bool requery_ = false;
-  bool advanceAsked_ = false;  // one membership advance request per round
-  bool shuttingDown_ = false;  // a terminating signal arrived
-  std::vector<ProcessFailure> localFailures_;
-  int exitCode_ = 1;
+  std::deque<Event> pending_;
+  bool dispatching_ = false;
+  bool finished_ = false;
 };
 
 }  // namespace dtrun::agent

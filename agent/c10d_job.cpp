@@ -46,30 +46,27 @@ C10dJob::C10dJob(boost::asio::io_context& io, C10dJobOptions options,
       options_(std::move(options)),
       log_(std::move(log)),
       address_(options_.store.host + ":" + std::to_string(options_.store.port)),
-      jobPrefix_("dtrun/" + options_.runId) {
+      jobPrefix_("dtrun/" + options_.runId),
+      heartbeatTimer_(io) {
   options_.store.dialect = rendezvous::wire::Dialect::kTorch2;
   ops_ = std::make_shared<TcpStore>(options_.store);
-  TcpStoreOptions quick = options_.store;
-  quick.timeout = options_.heartbeatTimeout;
-  membership_ = std::make_shared<TcpStore>(quick);
-  watcher_ = std::make_shared<TcpStore>(quick);
-  // A stopped or cut-off agent keeps its socket open; the lease makes the server close it after
-  // keep_alive_interval x keep_alive_max_attempt of silence, which the others then see.
-  membership_->lease(options_.keepAliveInterval * options_.keepAliveMaxAttempt);
+  {
+    TcpStore membership(options_.store);
+    // A stopped or cut-off agent keeps its socket open; the lease makes the server close it
+    // after keep_alive_interval x keep_alive_max_attempt of silence, which the others then see.
+    membership.lease(options_.keepAliveInterval * options_.keepAliveMaxAttempt);
+    membership_ = std::make_unique<StoreChannel>(io_, membership.detachSocket(), address_,
+                                                 options_.store.keyPrefix);
+    TcpStore watcher(options_.store);
+    watcher_ = std::make_unique<StoreChannel>(io_, watcher.detachSocket(), address_,
+                                              options_.store.keyPrefix);
+  }
   job_ = std::make_shared<rendezvous::PrefixStore>(jobPrefix_, ops_);
   rdzv_ = std::make_unique<DynamicRendezvous>(
-      job_, options_.me, options_.rendezvous,
-      [this](std::int64_t round) {
-        // Runs on the store thread, before this node joins `round`.
-        if (!epochRegistered_) {
-          membership_->addOnClose(job_->joinKey(DynamicRendezvous::epochKey()), 1);
-          epochRegistered_ = true;
-        }
-        membership_->addOnClose(job_->joinKey(DynamicRendezvous::goneKey(round)), 1);
-      },
+      job_, options_.me, options_.rendezvous, [this](std::int64_t round) { registerMember(round); },
       log_, [this] { return stopping_.load(); });
   storeThread_ = std::thread([this] { storeLoop(); });
-  heartbeatThread_ = std::thread([this] { heartbeatLoop(); });
+  heartbeat();
 }
 
 C10dJob::~C10dJob() { close(); }
@@ -79,12 +76,18 @@ void C10dJob::close() {
   {
     std::lock_guard lock(mutex_);
     jobs_.clear();
+    // The rendezvous thread may be waiting for a registration the io thread will not serve.
+    if (pendingRegistration_) {
+      pendingRegistration_->set_value("the agent is closing");
+      pendingRegistration_.reset();
+    }
   }
   cv_.notify_all();
+  heartbeatTimer_.cancel();
+  membership_->close();
+  watcher_->close();
   ops_->interrupt();
-  membership_->interrupt();
-  watcher_->interrupt();
-  for (auto* t : {&storeThread_, &heartbeatThread_, &watchThread_}) {
+  for (auto* t : {&storeThread_, &probeThread_}) {
     if (t->joinable()) t->join();
   }
 }
@@ -126,20 +129,67 @@ void C10dJob::storeLoop() {
   }
 }
 
-void C10dJob::heartbeatLoop() {
-  std::unique_lock lock(mutex_);
-  while (!stopping_) {
-    cv_.wait_for(lock, options_.keepAliveInterval, [this] { return stopping_.load(); });
-    if (stopping_) return;
-    lock.unlock();
-    try {
-      membership_->ping();
-    } catch (const std::exception& e) {
-      lost(classifyHeartbeatFailure(e.what()));
-      return;
-    }
-    lock.lock();
+void C10dJob::registerMember(std::int64_t round) {
+  std::vector<std::string> keys;
+  if (!epochRegistered_) keys.push_back(job_->joinKey(DynamicRendezvous::epochKey()));
+  epochRegistered_ = true;
+  keys.push_back(job_->joinKey(DynamicRendezvous::goneKey(round)));
+  auto promise = std::make_shared<std::promise<std::string>>();
+  auto answer = promise->get_future();
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) throw ConnectionError("rendezvous cancelled");
+    pendingRegistration_ = promise;
   }
+  boost::asio::post(io_, [this, keys, promise] {
+    if (stopping_) return;  // close() answered it
+    auto remaining = std::make_shared<std::size_t>(keys.size());
+    auto firstError = std::make_shared<std::string>();
+    for (const auto& key : keys) {
+      membership_->addOnClose(key, 1, options_.heartbeatTimeout,
+                              [this, remaining, firstError, promise](const std::string& error) {
+                                if (firstError->empty()) *firstError = error;
+                                if (--*remaining != 0) return;
+                                std::lock_guard lock(mutex_);
+                                if (pendingRegistration_ != promise) return;  // close() answered it
+                                promise->set_value(*firstError);
+                                pendingRegistration_.reset();
+                              });
+    }
+  });
+  // The io thread answers within the heartbeat timeout (or close() does); the extra bound only
+  // guards against an io thread that is not running at all.
+  if (answer.wait_for(options_.heartbeatTimeout * 2) != std::future_status::ready) {
+    throw ConnectionError("store " + address_ + ": registering this node for round " +
+                          std::to_string(round) + " got no answer");
+  }
+  if (const std::string error = answer.get(); !error.empty()) {
+    throw ConnectionError("registering this node for round " + std::to_string(round) + ": " +
+                          error);
+  }
+}
+
+void C10dJob::heartbeat() {
+  heartbeatTimer_.expires_after(options_.keepAliveInterval);
+  heartbeatTimer_.async_wait([this](boost::system::error_code ec) {
+    if (ec || stopping_) return;
+    membership_->ping(options_.heartbeatTimeout, [this](const std::string& error) {
+      if (stopping_) return;
+      if (!error.empty()) {
+        probe(error);
+        return;
+      }
+      heartbeat();
+    });
+  });
+}
+
+void C10dJob::probe(const std::string& error) {
+  if (probeThread_.joinable()) return;
+  probeThread_ = std::thread([this, error] {
+    std::string why = classifyHeartbeatFailure(error);
+    boost::asio::post(io_, [this, why = std::move(why)] { lost(why); });
+  });
 }
 
 std::string C10dJob::classifyHeartbeatFailure(const std::string& error) {
@@ -159,33 +209,45 @@ std::string C10dJob::classifyHeartbeatFailure(const std::string& error) {
          "without it";
 }
 
-void C10dJob::watchLoop() {
-  const std::string key = job_->joinKey(DynamicRendezvous::epochKey());
-  try {
-    std::string seen = std::to_string(watcher_->add(key, 0));
-    while (!stopping_) {
-      seen = watcher_->waitChange(key, seen, Store::kNoTimeout);
-      boost::asio::post(io_, [this] {
-        if (onChange_) onChange_();
-      });
-    }
-  } catch (const std::exception& e) {
-    lost(std::string("watching the job failed: ") + e.what());
-  }
+void C10dJob::watchFrom(rendezvous::Bytes seen) {
+  watcher_->waitChange(job_->joinKey(DynamicRendezvous::epochKey()), seen,
+                       [this](const std::string& error, rendezvous::Bytes now) {
+                         if (stopping_) return;
+                         if (!error.empty()) {
+                           lost("watching the job failed: " + error);
+                           return;
+                         }
+                         boost::asio::post(io_, [this] {
+                           if (!stopping_ && onChange_) onChange_();
+                         });
+                         watchFrom(std::move(now));
+                       });
 }
 
 void C10dJob::lost(const std::string& why) {
-  if (stopping_ || lostReported_.exchange(true)) return;
+  if (stopping_ || lostReported_) return;
+  lostReported_ = true;
+  // Posted: the agent closes this link in answer, which must not happen inside a channel's
+  // handler.
   boost::asio::post(io_, [this, why] {
-    if (onLost_) onLost_(why);
+    if (!stopping_ && onLost_) onLost_(why);
   });
 }
 
 void C10dJob::watch(std::function<void()> onChange, std::function<void(std::string)> onLost) {
-  if (watchThread_.joinable()) return;
+  if (watching_) return;
+  watching_ = true;
   onChange_ = std::move(onChange);
   onLost_ = std::move(onLost);
-  watchThread_ = std::thread([this] { watchLoop(); });
+  watcher_->read(job_->joinKey(DynamicRendezvous::epochKey()), options_.heartbeatTimeout,
+                 [this](const std::string& error, rendezvous::Bytes seen) {
+                   if (stopping_) return;
+                   if (!error.empty()) {
+                     lost("watching the job failed: " + error);
+                     return;
+                   }
+                   watchFrom(std::move(seen));
+                 });
 }
 
 void C10dJob::join(std::function<void(Result<rendezvous::RoundInfo>)> done) {

@@ -1,24 +1,28 @@
-// C10dJob: the JobLink of the c10d and static backends (dtrun's store), so that the agent's io
-// thread never blocks on the store.
+// C10dJob: the JobLink of the c10d and static backends, over dtrun's store.
 //
-// Three connections to the job's store, each owned by one thread:
-//   ops         the store thread runs queued jobs (rendezvous, reports, state reads) one by one
-//   membership  registered with ADD_ON_CLOSE per round and a DTRUN_LEASE; the heartbeat thread
-//               pings it every keep_alive_interval. Its closing (agent killed, or silent for
-//               interval x max_attempt) is how the other nodes learn this node is gone.
-//   watch       the watch thread parks in WAIT_CHANGE on the job's epoch
-// Results and events are posted back to the agent's io_context; the agent's state is touched
-// only there (STYLE.md: other threads hand work over with post()).
+// Three connections to the job's store:
+//   ops         the rendezvous thread runs queued work (the rendezvous, reports, state reads)
+//               one at a time with a blocking TcpStore: the protocol (rendezvous/
+//               dynamic_rendezvous.h) is a sequence of store calls, written straight.
+//   membership  on the agent's io thread (StoreChannel): registered with ADD_ON_CLOSE per
+//               round and a DTRUN_LEASE, and pinged every keep_alive_interval by a timer. Its
+//               closing (agent killed, or silent for interval x max_attempt) is how the other
+//               nodes learn this node is gone.
+//   watch       on the io thread too: parked in WAIT_CHANGE on the job's epoch.
+// Results of the rendezvous thread are posted back to the io thread, the only one that touches
+// the agent's state (docs/agent.md, "Threads").
 #pragma once
 
 #include <spdlog/logger.h>
 
 #include <atomic>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <condition_variable>
 #include <deque>
 #include <exception>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -27,6 +31,7 @@
 #include <variant>
 
 #include "agent/job_link.h"
+#include "agent/store_channel.h"
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/prefix_store.h"
 #include "rendezvous/tcp_store.h"
@@ -54,9 +59,9 @@ struct C10dJobOptions {
 class C10dJob : public JobLink {
  public:
   /// Connects all three connections (blocking, up to the store's connect timeout; throws
-  /// ConnectionError naming the store) and starts the store and heartbeat threads.
+  /// ConnectionError naming the store), starts the rendezvous thread and the heartbeat.
   C10dJob(boost::asio::io_context& io, C10dJobOptions options, std::shared_ptr<spdlog::logger> log);
-  /// Interrupts the connections and joins the threads.
+  /// close(). On the io thread, or after io.run() returned.
   ~C10dJob() override;
   C10dJob(const C10dJob&) = delete;
   C10dJob& operator=(const C10dJob&) = delete;
@@ -92,10 +97,15 @@ class C10dJob : public JobLink {
   template <typename T, typename F>
   void run(F work, std::function<void(Result<T>)> done);
   void storeLoop();
-  void heartbeatLoop();
-  void watchLoop();
-  void lost(const std::string& why);
-  /// Why the heartbeat failed: the store is gone, or it dropped this agent. Heartbeat thread.
+  /// Rendezvous thread, before joining `round`: ADD_ON_CLOSE on the membership channel (io
+  /// thread), waited for here so that the server has it before this node's join counts.
+  void registerMember(std::int64_t round);
+  void heartbeat();                        // io thread
+  void watchFrom(rendezvous::Bytes seen);  // io thread
+  void lost(const std::string& why);       // io thread
+  /// The heartbeat failed: on a short-lived thread, find out whether the store is gone or
+  /// dropped this agent, then report it lost.
+  void probe(const std::string& error);
   std::string classifyHeartbeatFailure(const std::string& error);
 
   boost::asio::io_context& io_;
@@ -104,22 +114,25 @@ class C10dJob : public JobLink {
   std::string address_;
   std::string jobPrefix_;
   std::shared_ptr<rendezvous::TcpStore> ops_;
-  std::shared_ptr<rendezvous::TcpStore> membership_;
-  std::shared_ptr<rendezvous::TcpStore> watcher_;
+  std::unique_ptr<StoreChannel> membership_;
+  std::unique_ptr<StoreChannel> watcher_;
   std::shared_ptr<rendezvous::PrefixStore> job_;
   std::unique_ptr<rendezvous::DynamicRendezvous> rdzv_;
+  boost::asio::steady_timer heartbeatTimer_;
 
-  std::mutex mutex_;
+  std::mutex mutex_;  // guards jobs_ and pendingRegistration_ (rendezvous thread vs io thread)
   std::condition_variable cv_;
   std::deque<Job> jobs_;
+  std::shared_ptr<std::promise<std::string>> pendingRegistration_;
   std::atomic<bool> stopping_{false};
-  bool epochRegistered_ = false;  // store thread only
+  bool epochRegistered_ = false;  // rendezvous thread only
+  // Io thread only:
+  bool watching_ = false;
+  bool lostReported_ = false;
   std::function<void()> onChange_;
   std::function<void(std::string)> onLost_;
-  std::atomic<bool> lostReported_{false};
   std::thread storeThread_;
-  std::thread heartbeatThread_;
-  std::thread watchThread_;
+  std::thread probeThread_;
 };
 
 }  // namespace dtrun::agent

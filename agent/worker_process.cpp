@@ -11,24 +11,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 
-#include "common/signals.h"
-
 namespace dtrun::agent {
-
-std::string ExitStatus::describe() const {
-  if (!signal) return "exit code " + std::to_string(code);
-  return "signal " + std::to_string(*signal) + " (" + signalName(*signal) + ")";
-}
-
-ExitStatus ExitStatus::fromWaitStatus(int status) {
-  ExitStatus s;
-  if (WIFSIGNALED(status)) {
-    s.signal = WTERMSIG(status);
-  } else {
-    s.code = WEXITSTATUS(status);
-  }
-  return s;
-}
 
 // Readiness of the pidfd is only a hint: epoll can report a stale readiness for a reused
 // descriptor number (a closed pidfd still open in a child mid-fork), so waitpid(WNOHANG) decides,

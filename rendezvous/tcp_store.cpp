@@ -193,6 +193,20 @@ void TcpStore::connect() {
   }
 }
 
+int TcpStore::detachSocket() {
+  std::lock_guard lock(mutex_);
+  ensureConnected();
+  if (rbuf_.size() > rpos_) {
+    throw ProtocolError("store " + address_ + ": unread reply bytes on a socket being handed over");
+  }
+  const int fd = fd_;
+  fd_ = -1;
+  liveFd_ = -1;
+  rbuf_.clear();
+  rpos_ = 0;
+  return fd;
+}
+
 void TcpStore::ensureConnected() {
   if (interrupted_) throw ConnectionError("store " + address_ + ": interrupted");
   if (fd_ < 0) connect();

@@ -76,6 +76,11 @@ class TcpStore : public Store {
   /// the caller then pings more often than that.
   void lease(std::chrono::milliseconds quiet);
 
+  /// Gives the connected (and, for torch 2.x, validated) socket to the caller, who owns it and
+  /// speaks on it from then on; this client holds no connection afterwards. Connects first when
+  /// needed (blocking, up to the connect timeout).
+  int detachSocket();
+
   /// Any thread: unblocks a call in progress on another thread (it fails with ConnectionError)
   /// and makes every later call fail the same way. For shutting down watcher threads.
   void interrupt();

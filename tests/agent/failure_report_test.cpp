@@ -23,8 +23,8 @@ using namespace std::chrono;
 namespace {
 
 // Golden reports captured from real torchrun 1.13 (Debian python3-torch, through
-// scripts/bench/torchrun_anchor.py), `--standalone --nproc_per_node 2 --log_dir <dir>`: the text after
-// "ChildFailedError: \n" up to the closing border. Machine TZ was UTC, host "localhost".
+// scripts/bench/torchrun_anchor.py), `--standalone --nproc_per_node 2 --log_dir <dir>`: the text
+// after "ChildFailedError: \n" up to the closing border. Machine TZ was UTC, host "localhost".
 // Variable parts kept as captured (pids, times); error-file paths are @ERROR_FILE_<local rank>@.
 // w_plain.py: rank 1 raises, no @record (torchrun -t 3 --log_dir).
 const char* kTorchPlain = R"(============================================================

@@ -4,7 +4,8 @@
 #   E2E_DIR          the test's directory: one JSON line per worker start is appended to
 #                    $E2E_DIR/workers.jsonl; the worker exits 0 once $E2E_DIR/finish exists
 #   E2E_FAIL         "round:rank:code ..." - the worker of that round and global rank exits with
-#                    that code after E2E_FAIL_DELAY seconds (default 0.3) instead
+#                    that code instead, once every worker of the round has recorded its start
+#                    (so the test sees whole rounds) and E2E_FAIL_DELAY more seconds (default 0.3)
 # One short line per write on an O_APPEND file: lines from concurrent workers never interleave.
 set -u
 printf '{"rank":%s,"local_rank":%s,"world_size":%s,"group_rank":%s,"group_world_size":%s,"local_world_size":%s,"round":%s,"max_restarts":%s,"run_id":"%s","master":"%s:%s","pid":%s,"agent":%s,"t":%s}\n' \
@@ -17,6 +18,10 @@ for spec in ${E2E_FAIL:-}; do
   rank=${rest%%:*}
   code=${rest#*:}
   if [ "$round" = "$TORCHELASTIC_RESTART_COUNT" ] && [ "$rank" = "$RANK" ]; then
+    # A worker of the round not started yet would be stopped before it could record itself.
+    while [ "$(grep -c "\"round\":$round," "$E2E_DIR/workers.jsonl")" -lt "$WORLD_SIZE" ]; do
+      sleep 0.01
+    done
     sleep "${E2E_FAIL_DELAY:-0.3}"
     echo "worker rank $RANK of round $round: failing with exit code $code as asked" >&2
     exit "$code"

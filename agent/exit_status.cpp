@@ -1,0 +1,24 @@
+#include "agent/exit_status.h"
+
+#include <sys/wait.h>
+
+#include "common/signals.h"
+
+namespace dtrun::agent {
+
+std::string ExitStatus::describe() const {
+  if (!signal) return "exit code " + std::to_string(code);
+  return "signal " + std::to_string(*signal) + " (" + signalName(*signal) + ")";
+}
+
+ExitStatus ExitStatus::fromWaitStatus(int status) {
+  ExitStatus s;
+  if (WIFSIGNALED(status)) {
+    s.signal = WTERMSIG(status);
+  } else {
+    s.code = WEXITSTATUS(status);
+  }
+  return s;
+}
+
+}  // namespace dtrun::agent

@@ -1,0 +1,364 @@
+// The agent's policy, driven by events alone: no process, socket, file or clock. Each case plays
+// a job's story as the mechanisms would report it and checks what the policy asks for.
+#include "agent/policy.h"
+
+#include <signal.h>
+#include <spdlog/sinks/null_sink.h>
+
+#include <catch2/catch.hpp>
+
+using namespace dtrun::agent;
+using dtrun::rendezvous::JobState;
+using dtrun::rendezvous::RoundInfo;
+using State = Policy::State;
+
+namespace {
+
+std::shared_ptr<spdlog::logger> quiet() {
+  return std::make_shared<spdlog::logger>("agent", std::make_shared<spdlog::sinks::null_sink_mt>());
+}
+
+PolicySettings settings(int nproc = 2, int maxNodes = 1) {
+  PolicySettings s;
+  s.hostname = "node7";
+  s.entrypointName = "train.py";
+  s.nprocPerNode = nproc;
+  s.maxRestarts = 3;
+  s.maxNodes = maxNodes;
+  s.closeTimeout = std::chrono::seconds(30);
+  return s;
+}
+
+RoundInfo roundOf(std::int64_t round, int groupRank = 0, int groupWorldSize = 1, int nproc = 2) {
+  RoundInfo r;
+  r.round = round;
+  r.groupRank = groupRank;
+  r.groupWorldSize = groupWorldSize;
+  r.rankOffset = groupRank * nproc;
+  r.worldSize = groupWorldSize * nproc;
+  return r;
+}
+
+JobState stateOf(std::int64_t round) {
+  JobState s;
+  s.round = round;
+  return s;
+}
+
+ExitStatus exitCode(int code) { return ExitStatus{code, std::nullopt}; }
+ExitStatus killedBy(int signo) { return ExitStatus{0, signo}; }
+
+template <typename A>
+std::vector<const A*> all(const std::vector<Action>& actions) {
+  std::vector<const A*> out;
+  for (const auto& a : actions) {
+    if (const auto* p = std::get_if<A>(&a)) out.push_back(p);
+  }
+  return out;
+}
+
+// The one action of kind A (a copy: the actions are often a temporary).
+template <typename A>
+A only(const std::vector<Action>& actions) {
+  auto found = all<A>(actions);
+  INFO("actions of the wanted kind: " << found.size());
+  REQUIRE(found.size() == 1);
+  return *found.front();
+}
+
+template <typename A>
+bool has(const std::vector<Action>& actions) {
+  return !all<A>(actions).empty();
+}
+
+std::vector<std::string> recorded(const std::vector<Action>& actions) {
+  std::vector<std::string> names;
+  for (const auto* r : all<action::Record>(actions)) names.push_back(r->name);
+  return names;
+}
+
+// Plays the story up to running workers of `round` and returns the policy there.
+void runRound(Policy& p, const RoundInfo& round) {
+  REQUIRE(has<action::Join>(p.handle(event::Start{})));
+  auto joined = p.handle(event::Joined{round});
+  REQUIRE(has<action::GetWorkerStore>(joined));
+  CHECK(recorded(joined) == std::vector<std::string>{"rendezvous_done"});
+  auto started = p.handle(event::WorkerStoreReady{WorkerStore{"10.0.0.1", 29400}});
+  const auto start = only<action::StartWorkers>(started);
+  CHECK(start.round.round == round.round);
+  CHECK(start.store.addr == "10.0.0.1");
+  CHECK(start.store.port == 29400);
+  CHECK(has<action::QueryState>(started));
+  REQUIRE(p.state() == State::kRunning);
+  CHECK(p.handle(event::StateRead{stateOf(round.round)}).empty());
+}
+
+}  // namespace
+
+TEST_CASE("a clean run: join, start, every worker succeeds, every node done, exit 0",
+          "[agent][policy]") {
+  Policy p(settings(), quiet());
+  runRound(p, roundOf(0));
+  CHECK(p.handle(event::WorkerExited{0, exitCode(0)}).empty());  // one of two is not the group
+  auto last = p.handle(event::WorkerExited{1, exitCode(0)});
+  CHECK(has<action::Sweep>(last));
+  const auto done = only<action::MarkDone>(last);
+  CHECK(done.round == 0);
+  CHECK(done.groupWorldSize == 1);
+  CHECK(p.state() == State::kDoneWaiting);
+
+  CHECK(has<action::QueryState>(p.handle(event::JobChanged{})));
+  JobState s = stateOf(0);
+  s.done = 1;
+  auto end = p.handle(event::StateRead{s});
+  CHECK(recorded(end) == std::vector<std::string>{"shutdown"});
+  CHECK(only<action::Finish>(end).code == 0);
+  CHECK(p.state() == State::kFinished);
+  CHECK(p.exitCode() == 0);
+  // Nothing moves a finished agent.
+  CHECK(p.handle(event::JobChanged{}).empty());
+  CHECK(p.handle(event::Signal{SIGTERM}).empty());
+}
+
+TEST_CASE("a failed worker stops the group, is reported, and the node rejoins the next round",
+          "[agent][policy]") {
+  Policy p(settings(), quiet());
+  runRound(p, roundOf(0));
+  auto failed = p.handle(event::WorkerExited{1, exitCode(3)});
+  CHECK(p.state() == State::kStopping);
+  const auto collect = only<action::CollectFailure>(failed);
+  CHECK(collect.localRank == 1);
+  CHECK(collect.status.code == 3);
+  const auto stop = only<action::StopWorkers>(failed);
+  CHECK(stop.signo == SIGTERM);
+  REQUIRE(stop.abortReason);
+  CHECK(*stop.abortReason == "rank 1 on node7 failed with exit code 3");
+
+  ProcessFailure f;
+  f.rank = 1;
+  f.exitCode = 3;
+  const auto report = only<action::ReportFailure>(p.handle(event::FailureCollected{f}));
+  CHECK(report.round == 0);
+  CHECK(report.failure == f);
+
+  // The stopped worker's exit is expected, not a second failure.
+  CHECK(p.handle(event::WorkerExited{0, killedBy(SIGTERM)}).empty());
+  auto stopped = p.handle(event::WorkersStopped{});
+  CHECK(p.state() == State::kIdle);
+  CHECK(only<action::QueryState>(stopped).round == 0);
+
+  // The job opened round 1 (the failure counted): go there.
+  auto next = p.handle(event::StateRead{stateOf(1)});
+  CHECK(recorded(next) == std::vector<std::string>{"restart_decided"});
+  CHECK(has<action::StopWorkers>(next));
+  CHECK(has<action::Join>(p.handle(event::WorkersStopped{})));
+  CHECK(p.state() == State::kJoining);
+  REQUIRE(has<action::GetWorkerStore>(p.handle(event::Joined{roundOf(1)})));
+  CHECK(has<action::StartWorkers>(p.handle(event::WorkerStoreReady{WorkerStore{"h", 1}})));
+  CHECK(p.round().round == 1);
+}
+
+TEST_CASE("the abort reason names the global rank of a worker on a later node", "[agent][policy]") {
+  Policy p(settings(2, 4), quiet());
+  runRound(p, roundOf(5, /*groupRank=*/2, /*groupWorldSize=*/3));
+  const auto stop = only<action::StopWorkers>(p.handle(event::WorkerExited{1, killedBy(SIGSEGV)}));
+  REQUIRE(stop.abortReason);
+  CHECK(*stop.abortReason == "rank 5 on node7 failed with signal 11 (SIGSEGV)");
+}
+
+TEST_CASE("a final job: workers stopped, failures read, the report printed, exit 1",
+          "[agent][policy]") {
+  Policy p(settings(), quiet());
+  runRound(p, roundOf(2));
+  JobState s = stateOf(2);
+  s.final = R"({"reason":"max_restarts","round":2,"restarts":3,"max_restarts":3})";
+  auto final = p.handle(event::StateRead{s});
+  CHECK(p.state() == State::kFinishing);
+  CHECK(only<action::StopWorkers>(final).signo == SIGTERM);
+  CHECK(only<action::ReadFailures>(p.handle(event::WorkersStopped{})).round == 2);
+
+  ProcessFailure late, early;
+  late.rank = 3;
+  early.rank = 1;
+  auto report = p.handle(event::FailuresRead{{late, early}});
+  const auto print = only<action::PrintReport>(report);
+  REQUIRE(print.failures.size() == 2);
+  CHECK(print.failures[0].rank == 1);  // by rank
+  CHECK(recorded(report) == std::vector<std::string>{"shutdown"});
+  CHECK(only<action::Finish>(report).code == 1);
+}
+
+TEST_CASE("a final record that is not JSON still ends the job with the current round",
+          "[agent][policy]") {
+  Policy p(settings(), quiet());
+  runRound(p, roundOf(4));
+  JobState s = stateOf(4);
+  s.final = "{not json";
+  CHECK(has<action::StopWorkers>(p.handle(event::StateRead{s})));
+  CHECK(only<action::ReadFailures>(p.handle(event::WorkersStopped{})).round == 4);
+}
+
+TEST_CASE("without failures from the job the node reports its own", "[agent][policy]") {
+  Policy p(settings(), quiet());
+  runRound(p, roundOf(0));
+  p.handle(event::WorkerExited{0, exitCode(1)});
+  ProcessFailure mine;
+  mine.rank = 0;
+  mine.exitCode = 1;
+  p.handle(event::FailureCollected{mine});
+  p.handle(event::WorkersStopped{});
+  JobState s = stateOf(0);
+  s.final = R"({"round":0})";
+  p.handle(event::StateRead{s});
+  p.handle(event::WorkersStopped{});
+  const auto print = only<action::PrintReport>(p.handle(event::FailuresRead{}));
+  REQUIRE(print.failures.size() == 1);
+  CHECK(print.failures[0] == mine);
+}
+
+TEST_CASE("a terminating signal stops the workers with it and exits 1; a second one kills",
+          "[agent][policy]") {
+  Policy p(settings(), quiet());
+  runRound(p, roundOf(0));
+  auto first = p.handle(event::Signal{SIGINT});
+  CHECK(p.state() == State::kStopping);
+  CHECK(only<action::StopWorkers>(first).signo == SIGINT);
+  CHECK_FALSE(only<action::StopWorkers>(first).abortReason);
+  CHECK(recorded(first) == std::vector<std::string>{"shutdown"});
+  CHECK(has<action::Join>(first) == false);
+
+  CHECK(only<action::SignalWorkers>(p.handle(event::Signal{SIGTERM})).signo == SIGKILL);
+  // Workers dying of the signal are not failures, and the job's news no longer matters.
+  CHECK(p.handle(event::WorkerExited{0, killedBy(SIGINT)}).empty());
+  CHECK(p.handle(event::StateRead{stateOf(1)}).empty());
+  CHECK(only<action::Finish>(p.handle(event::WorkersStopped{})).code == 1);
+}
+
+TEST_CASE("a signal while a failed group is stopping finishes instead of rejoining",
+          "[agent][policy]") {
+  Policy p(settings(), quiet());
+  runRound(p, roundOf(0));
+  p.handle(event::WorkerExited{0, exitCode(2)});
+  CHECK(has<action::StopWorkers>(p.handle(event::Signal{SIGTERM})));
+  // Both stops complete; the first completion finishes, the second finds nothing to do.
+  CHECK(only<action::Finish>(p.handle(event::WorkersStopped{})).code == 1);
+  CHECK(p.handle(event::WorkersStopped{}).empty());
+}
+
+TEST_CASE("other signals are passed on and nothing stops", "[agent][policy]") {
+  Policy p(settings(), quiet());
+  runRound(p, roundOf(0));
+  for (int sig : {SIGUSR1, SIGUSR2}) {
+    auto acts = p.handle(event::Signal{sig});
+    REQUIRE(acts.size() == 1);
+    CHECK(only<action::SignalWorkers>(acts).signo == sig);
+  }
+  CHECK(p.state() == State::kRunning);
+}
+
+TEST_CASE("losing the job: close it, stop the workers, exit 1", "[agent][policy]") {
+  Policy p(settings(), quiet());
+  runRound(p, roundOf(0));
+  auto lost = p.handle(event::JobLost{"store at 10.0.0.1:29400: connection reset"});
+  CHECK(has<action::CloseJob>(lost));
+  CHECK(only<action::StopWorkers>(lost).signo == SIGTERM);
+  CHECK(recorded(lost) == std::vector<std::string>{"shutdown"});
+  CHECK(p.handle(event::WorkerExited{1, killedBy(SIGTERM)}).empty());  // not a failure
+  CHECK(only<action::Finish>(p.handle(event::WorkersStopped{})).code == 1);
+}
+
+TEST_CASE("a member gone or a late node with room: one advance per round", "[agent][policy]") {
+  Policy p(settings(2, 4), quiet());
+  runRound(p, roundOf(0, 0, 2));
+  JobState gone = stateOf(0);
+  gone.gone = 1;
+  CHECK(only<action::Advance>(p.handle(event::StateRead{gone})).round == 0);
+  p.handle(event::JobChanged{});
+  CHECK_FALSE(has<action::Advance>(p.handle(event::StateRead{gone})));
+
+  Policy q(settings(2, 2), quiet());
+  runRound(q, roundOf(0, 0, 2));
+  JobState late = stateOf(0);
+  late.waiting = 1;
+  CHECK(q.handle(event::StateRead{late}).empty());  // full at MAX: the late node waits
+  Policy r(settings(2, 3), quiet());
+  runRound(r, roundOf(0, 0, 2));
+  CHECK(has<action::Advance>(r.handle(event::StateRead{late})));
+}
+
+TEST_CASE("one state query at a time; a change meanwhile asks once more", "[agent][policy]") {
+  Policy p(settings(), quiet());
+  REQUIRE(has<action::Join>(p.handle(event::Start{})));
+  CHECK(p.handle(event::JobChanged{}).empty());  // no round yet: nothing to ask
+  p.handle(event::Joined{roundOf(0)});
+  auto started = p.handle(event::WorkerStoreReady{WorkerStore{"h", 1}});
+  CHECK(all<action::QueryState>(started).size() == 1);
+  CHECK(p.handle(event::JobChanged{}).empty());
+  CHECK(p.handle(event::JobChanged{}).empty());
+  CHECK(all<action::QueryState>(p.handle(event::StateRead{stateOf(0)})).size() == 1);
+  CHECK(p.handle(event::StateRead{stateOf(0)}).empty());
+}
+
+TEST_CASE("the store's host waits for the others after success, bounded by close_timeout",
+          "[agent][policy]") {
+  auto s = settings(2, 2);
+  s.servesOthers = true;
+  Policy p(s, quiet());
+  runRound(p, roundOf(0, 0, 2));
+  p.handle(event::WorkerExited{0, exitCode(0)});
+  p.handle(event::WorkerExited{1, exitCode(0)});
+  JobState done = stateOf(0);
+  done.done = 2;
+  auto waiting = p.handle(event::StateRead{done});
+  CHECK(p.state() == State::kFinishing);
+  CHECK(only<action::StartFinishTimer>(waiting).after == std::chrono::seconds(30));
+  CHECK(has<action::QueryState>(waiting));
+  CHECK_FALSE(has<action::Finish>(waiting));
+  // Losing the job now is the others leaving: not an error for the host.
+  CHECK(p.handle(event::JobLost{"store: closed"}).empty());
+  JobState left = done;
+  left.gone = 1;
+  CHECK(only<action::Finish>(p.handle(event::StateRead{left})).code == 0);
+
+  Policy q(s, quiet());
+  runRound(q, roundOf(0, 0, 2));
+  q.handle(event::WorkerExited{0, exitCode(0)});
+  q.handle(event::WorkerExited{1, exitCode(0)});
+  q.handle(event::StateRead{done});
+  CHECK(only<action::Finish>(q.handle(event::FinishTimerExpired{})).code == 0);
+}
+
+TEST_CASE("a node that is not the host leaves as soon as every node is done", "[agent][policy]") {
+  Policy p(settings(2, 2), quiet());
+  runRound(p, roundOf(0, 1, 2));
+  p.handle(event::WorkerExited{0, exitCode(0)});
+  p.handle(event::WorkerExited{1, exitCode(0)});
+  JobState done = stateOf(0);
+  done.done = 1;
+  CHECK(p.handle(event::StateRead{done}).empty());  // the other node is still running
+  done.done = 2;
+  CHECK(only<action::Finish>(p.handle(event::StateRead{done})).code == 0);
+}
+
+TEST_CASE("rendezvous and MASTER_ADDR failures end the node with exit 1", "[agent][policy]") {
+  Policy p(settings(), quiet());
+  p.handle(event::Start{});
+  auto failed = p.handle(event::JoinFailed{"rendezvous: round 0 timed out"});
+  CHECK(recorded(failed) == std::vector<std::string>{"shutdown"});
+  CHECK(all<action::Record>(failed)[0]->fields.at("reason") == "rendezvous_failed");
+  CHECK(only<action::Finish>(failed).code == 1);
+
+  Policy q(settings(), quiet());
+  q.handle(event::Start{});
+  q.handle(event::Joined{roundOf(0)});
+  CHECK(only<action::Finish>(q.handle(event::WorkerStoreFailed{"no such key"})).code == 1);
+}
+
+TEST_CASE("answers that come too late are ignored", "[agent][policy]") {
+  Policy p(settings(), quiet());
+  runRound(p, roundOf(0));
+  CHECK(p.handle(event::Joined{roundOf(7)}).empty());
+  CHECK(p.handle(event::WorkerStoreReady{WorkerStore{"x", 2}}).empty());
+  CHECK(p.handle(event::JoinFailed{"late"}).empty());
+  CHECK(p.round().round == 0);
+}

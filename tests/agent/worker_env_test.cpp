@@ -1,0 +1,136 @@
+// The worker's command line, environment and log prefix for every rank of every node, without
+// starting anything: the multi-node values (ranks, world sizes, the global rank in prefixes)
+// that single-node end-to-end tests cannot see.
+#include "agent/worker_env.h"
+
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <map>
+
+using namespace dtrun::agent;
+using dtrun::rendezvous::NodeInfo;
+using dtrun::rendezvous::RoundInfo;
+using Env = std::map<std::string, std::string>;
+
+namespace {
+
+Env asMap(const std::vector<std::string>& entries) {
+  Env env;
+  for (const auto& e : entries) {
+    auto eq = e.find('=');
+    REQUIRE(eq != std::string::npos);
+    REQUIRE(env.emplace(e.substr(0, eq), e.substr(eq + 1)).second);  // no key twice
+  }
+  return env;
+}
+
+LaunchConfig config(int nproc) {
+  LaunchConfig c;
+  c.nprocPerNode = nproc;
+  c.maxRestarts = 3;
+  c.rdzv.runId = "job42";
+  c.signalsToHandle = {SIGTERM, SIGUSR1};
+  c.entrypoint = {"python3", "-u", "train.py"};
+  c.scriptArgs = {"--local-rank=${local_rank}", "--lr", "0.1"};
+  c.baseEnv = {{"PATH", "/usr/bin"}, {"NCCL_ASYNC_ERROR_HANDLING", "0"}};
+  return c;
+}
+
+// Node `groupRank` of `nodes`, each with `nproc` workers, in round `round`.
+RoundInfo node(int groupRank, int nodes, int nproc, std::int64_t round = 0) {
+  RoundInfo r;
+  r.round = round;
+  r.groupRank = groupRank;
+  r.groupWorldSize = nodes;
+  r.rankOffset = groupRank * nproc;
+  r.worldSize = nodes * nproc;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("every rank of the second of two nodes", "[agent][env]") {
+  const auto c = config(2);
+  const auto round = node(1, 2, 2, /*round=*/3);
+  for (int lr = 0; lr < 2; ++lr) {
+    INFO("local rank " << lr);
+    Env env = asMap(workerEnv(c, round, lr, WorkerStore{"head", 29400}, "/logs/e.json"));
+    CHECK(env.at("RANK") == std::to_string(2 + lr));
+    CHECK(env.at("LOCAL_RANK") == std::to_string(lr));
+    CHECK(env.at("GROUP_RANK") == "1");
+    CHECK(env.at("ROLE_RANK") == std::to_string(2 + lr));
+    CHECK(env.at("ROLE_NAME") == "default");
+    CHECK(env.at("WORLD_SIZE") == "4");
+    CHECK(env.at("LOCAL_WORLD_SIZE") == "2");
+    CHECK(env.at("GROUP_WORLD_SIZE") == "2");
+    CHECK(env.at("ROLE_WORLD_SIZE") == "4");
+    CHECK(env.at("MASTER_ADDR") == "head");
+    CHECK(env.at("MASTER_PORT") == "29400");
+    CHECK(env.at("TORCHELASTIC_RESTART_COUNT") == "3");
+    CHECK(env.at("TORCHELASTIC_MAX_RESTARTS") == "3");
+    CHECK(env.at("TORCHELASTIC_RUN_ID") == "job42");
+    CHECK(env.at("TORCHELASTIC_USE_AGENT_STORE") == "True");
+    CHECK(env.at("TORCHELASTIC_ERROR_FILE") == "/logs/e.json");
+    CHECK(env.at("TORCHELASTIC_SIGNALS_TO_HANDLE") == "SIGTERM,SIGUSR1");
+    // NCCL's async error handling: what the launcher put in baseEnv for the workers' torch
+    // (launcher/torch_probe.h), passed on as it is; the agent adds no name of its own.
+    CHECK(env.at("NCCL_ASYNC_ERROR_HANDLING") == "0");
+    CHECK(env.count("TORCH_NCCL_ASYNC_ERROR_HANDLING") == 0);
+    CHECK(env.at("PATH") == "/usr/bin");
+  }
+}
+
+TEST_CASE("nodes of different sizes: offsets come from the round", "[agent][env]") {
+  auto c = config(3);
+  RoundInfo r = node(2, 3, 3);
+  r.rankOffset = 5;  // nodes 0 and 1 ran 2 and 3 workers
+  r.worldSize = 8;
+  Env env = asMap(workerEnv(c, r, 2, WorkerStore{"h", 1}, ""));
+  CHECK(env.at("RANK") == "7");
+  CHECK(env.at("WORLD_SIZE") == "8");
+  CHECK(env.at("LOCAL_WORLD_SIZE") == "3");
+}
+
+TEST_CASE("mixed roles: role ranks count the nodes of the same role only", "[agent][env]") {
+  auto c = config(2);
+  c.role = "trainer";
+  RoundInfo r = node(2, 3, 2);
+  r.mixedRoles = true;
+  r.nodes = {NodeInfo{"a", "a", 11, 2, "trainer"}, NodeInfo{"b", "b", 12, 2, "reader"},
+             NodeInfo{"c", "c", 13, 2, "trainer"}};
+  Env env = asMap(workerEnv(c, r, 1, WorkerStore{"h", 1}, ""));
+  CHECK(env.at("RANK") == "5");
+  CHECK(env.at("ROLE_NAME") == "trainer");
+  CHECK(env.at("ROLE_RANK") == "3");
+  CHECK(env.at("ROLE_WORLD_SIZE") == "4");
+}
+
+TEST_CASE("virtual local rank: LOCAL_RANK 0 and the rank's own device", "[agent][env]") {
+  auto c = config(2);
+  c.virtualLocalRank = true;
+  c.baseEnv["CUDA_VISIBLE_DEVICES"] = "4,6";
+  Env env = asMap(workerEnv(c, node(0, 1, 2), 1, WorkerStore{"h", 1}, ""));
+  CHECK(env.at("LOCAL_RANK") == "0");
+  CHECK(env.at("RANK") == "1");
+  CHECK(env.at("CUDA_VISIBLE_DEVICES") == "6");
+}
+
+TEST_CASE("argv: the entrypoint, then the script's arguments with ${local_rank}", "[agent][env]") {
+  const auto c = config(2);
+  CHECK(workerArgv(c, 1) ==
+        std::vector<std::string>{"python3", "-u", "train.py", "--local-rank=1", "--lr", "0.1"});
+}
+
+TEST_CASE("the log prefix shows the global rank and the node", "[agent][env]") {
+  auto c = config(2);
+  c.role = "trainer";
+  const auto vars = linePrefixVars(c, node(1, 2, 2, 4), 1, "node-b");
+  CHECK(vars.rank == 3);
+  CHECK(vars.localRank == 1);
+  CHECK(vars.nodeRank == 1);
+  CHECK(vars.restart == 4);
+  CHECK(vars.host == "node-b");
+  CHECK(makeLinePrefix("[${role_name} ${rank}/${local_rank}@${host}]", vars) ==
+        "[trainer 3/1@node-b]");
+}
