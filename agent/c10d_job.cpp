@@ -9,32 +9,10 @@
 
 #include "common/abort_key.h"
 #include "common/error.h"
+#include "common/free_port.h"
 #include "rendezvous/store_core.h"
 
 namespace dtrun::agent {
-namespace {
-
-// torchrun's get_free_port(): bind port 0, read it back, close. Another process may take it
-// before the worker binds it; that race is torch's too, and why agent-store mode is the default.
-std::uint16_t pickFreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw Error(std::string("socket: ") + std::strerror(errno));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    int err = errno;
-    ::close(fd);
-    throw Error(std::string("cannot find a free port: ") + std::strerror(err));
-  }
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-}  // namespace
-
 using rendezvous::DynamicRendezvous;
 using rendezvous::Store;
 using rendezvous::TcpStore;

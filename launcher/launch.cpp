@@ -12,6 +12,7 @@
 #include <boost/asio/post.hpp>
 #include <csignal>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -19,6 +20,7 @@
 
 #include "agent/agent.h"
 #include "agent/c10d_job.h"
+#include "agent/local_job.h"
 #include "common/error.h"
 #include "launcher/cli.h"
 #include "launcher/endpoint_check.h"
@@ -67,6 +69,14 @@ class HostedStore {
     thread_.join();
   }
   std::uint16_t port() const { return server_.endpoint().port(); }
+  /// Sets `key` in the store (its thread does it), then runs `done` on that thread.
+  void set(std::string key, std::string value, std::function<void()> done) {
+    boost::asio::post(io_, [this, key = std::move(key), value = std::move(value),
+                            done = std::move(done)]() mutable {
+      server_.set(key, std::move(value));
+      done();
+    });
+  }
 
  private:
   boost::asio::io_context io_{1};
@@ -162,22 +172,29 @@ int runLaunch(const agent::LaunchConfig& parsedConfig, const std::vector<int>& u
   std::string storeHost = rendezvousHost(config);
   std::uint16_t storePort = rdzv.port;
 
-  // Who serves the store: --standalone always; static: node rank 0; c10d: the agent whose
+  // The agent's io_context outlives the hosted store, whose thread may still post to it.
+  boost::asio::io_context io(1);
+
+  // A job nobody else can join (--standalone, or one node on a free port only this agent
+  // knows) has a local rendezvous: no store round trip (agent/local_job.h). The store is then
+  // there for the workers only, and not at all when they serve their own (--no-agent-store).
+  const bool alone = !isStatic && rdzv.port == 0;
+  // Who serves the store: such a job itself; static: node rank 0; c10d: the agent whose
   // machine the endpoint names (or is_host), and of several agents there the first to bind.
   bool inferred = !rdzv.isHost.has_value();
-  bool host = config.standalone ? true
-              : isStatic        ? rdzv.nodeRank == 0
-                                : rdzv.isHost.value_or(matchesThisMachine(storeHost));
+  bool host = alone      ? config.agentStore
+              : isStatic ? rdzv.nodeRank == 0
+                         : rdzv.isHost.value_or(matchesThisMachine(storeHost));
   std::unique_ptr<HostedStore> hosted;
   if (host) {
     rendezvous::StoreServerOptions options;
-    options.host = config.standalone ? "127.0.0.1" : "0.0.0.0";
+    options.host = alone ? "127.0.0.1" : "0.0.0.0";
     options.port = storePort;
     try {
       hosted = std::make_unique<HostedStore>(options, storeLog);
       storePort = hosted->port();
     } catch (const ConnectionError& e) {
-      if (!inferred || config.standalone || isStatic) {
+      if (!inferred || alone || isStatic) {
         agentLog->error("{}", e.what());
         return 1;
       }
@@ -190,7 +207,7 @@ int runLaunch(const agent::LaunchConfig& parsedConfig, const std::vector<int>& u
   // reads no join_timeout; dtrun's static backend does the same unless join_timeout is given.
   const auto joinTimeout =
       isStatic && !rdzv.conf.count("join_timeout") ? rdzv.storeTimeout : rdzv.joinTimeout;
-  if (!hosted) warnIfEndpointDoesNotResolve(storeHost, storePort, joinTimeout, *agentLog);
+  if (!hosted && !alone) warnIfEndpointDoesNotResolve(storeHost, storePort, joinTimeout, *agentLog);
 
   agent::C10dJobOptions jc;
   jc.store.host = hosted ? "127.0.0.1" : storeHost;
@@ -222,11 +239,28 @@ int runLaunch(const agent::LaunchConfig& parsedConfig, const std::vector<int>& u
   context.userFds = userFds;
 
   try {
-    boost::asio::io_context io(1);
     std::optional<StdinWatch> stdinWatch;
     if (config.stopOnStdinClose) stdinWatch.emplace(io, *agentLog);
-    agent::C10dJob job(io, jc, makeLogger("rdzv", config.logLevel));
-    agent::Agent agent(io, config, job, context, agentLog);
+    std::unique_ptr<agent::JobLink> job;
+    if (alone) {
+      agent::LocalJobOptions local;
+      local.nproc = config.nprocPerNode;
+      local.role = config.role;
+      local.agentStore = config.agentStore;
+      local.workerStore = jc.workerStore;
+      local.localAddr = jc.me.addr;
+      if (hosted) {
+        local.setKey = [&io, store = hosted.get()](std::string key, std::string value,
+                                                   std::function<void()> done) {
+          store->set(std::move(key), std::move(value),
+                     [&io, done = std::move(done)] { boost::asio::post(io, done); });
+        };
+      }
+      job = std::make_unique<agent::LocalJob>(io, std::move(local));
+    } else {
+      job = std::make_unique<agent::C10dJob>(io, jc, makeLogger("rdzv", config.logLevel));
+    }
+    agent::Agent agent(io, config, *job, context, agentLog);
     return agent.run();
   } catch (const std::exception& e) {
     agentLog->error("{}", e.what());

@@ -48,6 +48,8 @@ class StoreServer {
   /// Closes the acceptor and every connection; io.run() then returns once nothing is pending.
   /// Io thread only (post() it from elsewhere).
   void stop();
+  /// Sets `key` as a client's SET would, waking whoever waits for it. Io thread only.
+  void set(const std::string& key, Bytes value) { core_.set(key, std::move(value)); }
   /// Open connections. Io thread only.
   std::size_t connectionCount() const { return sessions_.size(); }
 

@@ -1,7 +1,12 @@
 // Grandchildren: whatever a worker started, in its process group or in a session of its own
 // (a daemon), is gone once its round ends, before the next round's workers start.
-#include <catch2/catch.hpp>
+#include <fcntl.h>
+#include <unistd.h>
 
+#include <catch2/catch.hpp>
+#include <set>
+
+#include "common/spawn.h"
 #include "tests/e2e/e2e_support.h"
 #include "tests/support/test_support.h"
 
@@ -49,6 +54,39 @@ TEST_CASE("grandchildren, in the worker's group and setsid'ed, are cleaned up af
     const int child1 = pidOf("child", 1, lr), daemon1 = pidOf("daemon", 1, lr);
     CHECK(test::pollUntil([&] { return !test::processAlive(child1); }));
     CHECK(test::pollUntil([&] { return !test::processAlive(daemon1); }));
+  }
+}
+
+TEST_CASE("a worker starts with 0, 1, 2 and what the user gave dtrun, nothing of dtrun's",
+          "[e2e]") {
+  // A descriptor the user hands dtrun (as `dtrun ... 7<file` would): it must reach every worker.
+  // Everything dtrun opens itself (its store's sockets, the store connections, pidfds, log
+  // pipes, the guard's pipe) must not. Round 1 runs after a failure, when the agent has all of
+  // them open.
+  test::TempDir tmp;
+  const int userFd = ::open("/dev/null", O_RDONLY);  // no O_CLOEXEC: inherited by dtrun
+  REQUIRE(userFd > 2);
+  std::set<int> expected{0, 1, 2};
+  for (int fd : dtrun::inheritedDescriptors()) expected.insert(fd);  // userFd among them
+  REQUIRE(expected.count(userFd) == 1);
+  auto run = runDtrun(
+      withWorker({"--standalone", "--nproc-per-node=2", "--max-restarts=1"},
+                 {"fds", "rank1,restart0:wait=fds.0.0", "rank1,restart0:exit=3", "restart0:sleep"}),
+      tmp.path());
+  ::close(userFd);
+  INFO("dtrun stderr:\n" << run.err);
+  REQUIRE(run.exit.exited());
+  CHECK(run.exit.code == 0);
+  for (int restart : {0, 1}) {
+    for (int lr : {0, 1}) {
+      INFO("round " << restart << ", local rank " << lr);
+      std::set<int> seen;
+      for (const auto& line :
+           splitLines(test::readFile(workerFile(tmp.path() / "w", "fds", restart, lr)))) {
+        if (!line.empty()) seen.insert(std::stoi(line));
+      }
+      CHECK(seen == expected);
+    }
   }
 }
 

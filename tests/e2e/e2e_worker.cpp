@@ -10,6 +10,7 @@
 //   pid            pid.R.L      "<pid> <pgid> <sid>"
 //   env            env.R.L      the whole environment, one NUL-terminated KEY=VALUE each
 //   args           args.R.L     every command-line argument, one NUL-terminated each
+//   fds            fds.R.L      the descriptors open at start, ascending, one per line
 //   connect        connect.R.L  "ok", or "fail <errno text>": a TCP connect to MASTER_ADDR:PORT
 //   child          child.R.L    pid of a forked child that stays in the worker's process group
 //   daemon         daemon.R.L   pid of a grandchild that left the group (fork, setsid, fork)
@@ -32,6 +33,7 @@
 // SIGALRM after kSelfDestructSeconds, so a test that fails cannot leave processes behind for
 // long; blocking steps give up after the same time.
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <signal.h>
@@ -41,6 +43,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -49,12 +52,34 @@
 #include <ctime>
 #include <optional>
 #include <string>
+#include <vector>
 
 extern char** environ;
 
 namespace {
 
 constexpr unsigned kSelfDestructSeconds = 120;
+
+// The descriptors open when the worker started (the `fds` step), one per line.
+std::string gOpenFds;
+
+// Lists /proc/self/fd without the descriptor the listing itself uses.
+std::string listOpenDescriptors() {
+  std::vector<int> fds;
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (!dir) return "";
+  const int own = ::dirfd(dir);
+  while (dirent* e = ::readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    const int fd = std::atoi(e->d_name);
+    if (fd != own) fds.push_back(fd);
+  }
+  ::closedir(dir);
+  std::sort(fds.begin(), fds.end());
+  std::string out;
+  for (int fd : fds) out += std::to_string(fd) + "\n";
+  return out;
+}
 
 // The signal handlers' file (sig.R.L), opened before any handler is installed.
 int gSigFd = -1;
@@ -259,6 +284,8 @@ void runStep(const std::string& action, const std::string& value, int argc, char
     std::string all;
     for (char** e = environ; *e; ++e) all += std::string(*e) + '\0';
     writeFile(fileFor("env"), all);
+  } else if (action == "fds") {
+    writeFile(fileFor("fds"), gOpenFds);
   } else if (action == "args") {
     std::string all;
     for (int i = 1; i < argc; ++i) all += std::string(argv[i]) + '\0';
@@ -320,6 +347,7 @@ void runStep(const std::string& action, const std::string& value, int argc, char
 }  // namespace
 
 int main(int argc, char** argv) {
+  gOpenFds = listOpenDescriptors();
   ::alarm(kSelfDestructSeconds);
   // Deaths by SIGQUIT, SIGSEGV and the like must not leave core files in the test's directory.
   rlimit noCore{0, 0};

@@ -1,0 +1,73 @@
+// LocalJob: the JobLink of a job that is this node alone: --standalone, or a single-node run on
+// a free port that no other agent can know. Its rendezvous needs no store round trip: every
+// round has this node as group rank 0 of 1, and the job-wide state (round, restarts, failures,
+// done) lives here. Only the workers use the store, and only an abort for native workers writes
+// to it.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/job_link.h"
+
+namespace dtrun::agent {
+
+struct LocalJobOptions {
+  int nproc = 1;
+  std::string role = "default";
+  /// Agent-store mode: the store the workers use. Otherwise (torchrun 1.13's mode) worker rank
+  /// 0 serves a store on a free port of `localAddr`.
+  bool agentStore = true;
+  WorkerStore workerStore;
+  std::string localAddr = "127.0.0.1";
+  /// Sets `key` to `value` in the workers' store and runs `done` on the io thread (agent-store
+  /// mode; empty otherwise).
+  std::function<void(std::string key, std::string value, std::function<void()> done)> setKey;
+};
+
+class LocalJob : public JobLink {
+ public:
+  /// Io thread; nothing blocks.
+  LocalJob(boost::asio::io_context& io, LocalJobOptions options);
+  LocalJob(const LocalJob&) = delete;
+  LocalJob& operator=(const LocalJob&) = delete;
+
+  void watch(std::function<void()> onChange, std::function<void(std::string)> onLost) override;
+  void join(std::function<void(Result<rendezvous::RoundInfo>)> done) override;
+  void workerStore(const rendezvous::RoundInfo& round,
+                   std::function<void(Result<WorkerStore>)> done) override;
+  void state(std::int64_t round, std::function<void(Result<rendezvous::JobState>)> done) override;
+  void reportFailure(std::int64_t round, std::string failureJson, int maxRestarts,
+                     std::function<void(Result<bool>)> done) override;
+  void advance(std::int64_t round, std::function<void(Result<bool>)> done) override;
+  void markDone(std::int64_t round, int groupWorldSize,
+                std::function<void(Result<std::int64_t>)> done) override;
+  void failures(std::int64_t round,
+                std::function<void(Result<std::vector<std::string>>)> done) override;
+  void abortWorkers(std::int64_t round, std::string reason, std::function<void()> done) override;
+  bool servesOthers() const override { return false; }
+  void close() override { closed_ = true; }
+  std::string describe() const override { return "job of this node alone"; }
+
+ private:
+  /// Runs `f` later on the io thread unless the job was closed meanwhile.
+  void later(std::function<void()> f);
+  void changed();
+
+  boost::asio::io_context& io_;
+  LocalJobOptions options_;
+  std::function<void()> onChange_;
+  bool closed_ = false;
+  std::int64_t round_ = 0;
+  std::int64_t restarts_ = 0;
+  std::optional<std::string> final_;
+  std::map<std::int64_t, std::vector<std::string>> failures_;
+  std::map<std::int64_t, std::int64_t> done_;
+};
+
+}  // namespace dtrun::agent
