@@ -167,7 +167,9 @@ def ddp_two_hosts(case):
           "rank 0's output comes back as '127.0.0.2: ...'")
     check(re.search(rf"^{re.escape(HOSTS[1])}: \[rank 2\] finished", text, re.M) is not None,
           "rank 2's output comes back as '127.0.0.3: ...'")
-    check(not processes_with(str(case.dir)), "nothing of the job is left")
+    # sshd tears a session down after ssh has its exit status: wait for it, with a deadline.
+    # (poll raises Failed, naming what it waited for, when the deadline passes.)
+    poll(lambda: not processes_with(str(case.dir)), 60, "no process of the job left")
 
 
 def ranks_and_env(case):
