@@ -4,20 +4,29 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <set>
 
 #include "agent/error_file.h"
+#include "agent/process_tree.h"
 #include "agent/worker_env.h"
 #include "common/error.h"
 
 namespace dtrun::agent {
 namespace {
+
+// How long a hung worker may take to write its Python stacks before it is killed anyway.
+constexpr std::chrono::milliseconds kStackBound(2000);
+
+std::int64_t epochMs(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
 
 // std::visit over the action variant with one lambda per alternative.
 template <typename... F>
@@ -38,15 +47,8 @@ std::vector<int> adoptedChildren(const std::set<int>& workers) {
     char* end = nullptr;
     long pid = std::strtol(e->d_name, &end, 10);
     if (*end != '\0' || pid <= 0 || workers.count(static_cast<int>(pid))) continue;
-    std::ifstream stat("/proc/" + std::string(e->d_name) + "/stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;
-    auto close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    char state = 0;
-    int ppid = 0;
-    if (std::sscanf(line.c_str() + close + 1, " %c %d", &state, &ppid) != 2) continue;
-    if (ppid != self || state == 'Z') continue;
+    auto stat = readProcStat(static_cast<int>(pid));
+    if (!stat || stat->ppid != self || stat->state == 'Z') continue;
     found.push_back(static_cast<int>(pid));
   }
   ::closedir(proc);
@@ -64,6 +66,8 @@ PolicySettings policySettings(const LaunchConfig& config, const AgentContext& co
   s.maxNodes = config.rdzv.maxNodes;
   s.closeTimeout = config.rdzv.closeTimeout;
   s.servesOthers = job.servesOthers();
+  s.dumpStacks = config.dumpStacks;
+  s.exitBarrierTimeout = config.exitBarrierTimeout;
   return s;
 }
 
@@ -85,7 +89,9 @@ Agent::Agent(boost::asio::io_context& io, const LaunchConfig& config, JobLink& j
       signals_(io),
       sigchld_(io, SIGCHLD),
       finishTimer_(io),
-      abortTimer_(io) {}
+      abortTimer_(io),
+      exitBarrierTimer_(io),
+      stallTimer_(io) {}
 
 int Agent::run() {
   // Orphans of our workers (daemonised grandchildren) are re-parented to us instead of init, so
@@ -95,6 +101,14 @@ int Agent::run() {
   armSigchld();
   log_->info("agent: log directory set to: {}",
              logDir_.runDir().empty() ? "<none>" : logDir_.runDir());
+  // Before joining: a FIFO that cannot be served is this node's set-up error, not the job's.
+  if (config_.fileTimer) {
+    timer_ = std::make_unique<FileTimerServer>(
+        io_, config_.timerFile, [this](int pid) { return ownerOf(pid); },
+        [this](const TimerExpiry& e) { onTimerExpired(e); }, log_);
+    timer_->start();
+  }
+  if (config_.dumpStacks) stacks_ = std::make_unique<StackDump>(io_);
   job_.watch([this] { dispatch(event::JobChanged{}); },
              [this](std::string why) { dispatch(event::JobLost{job_.describe() + ": " + why}); });
   dispatch(event::Start{});
@@ -194,6 +208,13 @@ void Agent::execute(Action& action) {
             });
           },
           [&](action::Record& a) { events_.record(a.name, a.fields); },
+          [&](action::KillHung& a) { killHung(a); },
+          [&](action::StartExitBarrier& a) {
+            exitBarrierTimer_.expires_after(a.after);
+            exitBarrierTimer_.async_wait([this](boost::system::error_code ec) {
+              if (!ec) dispatch(event::ExitBarrierExpired{});
+            });
+          },
           [&](action::CloseJob&) { job_.close(); },
           [&](action::Finish& a) { finish(a.code); },
       },
@@ -226,12 +247,16 @@ void Agent::startWorkers(const rendezvous::RoundInfo& round, const WorkerStore& 
     spec.localRank = lr;
     spec.rank = round.rankOffset + lr;
     spec.spawn.argv = workerArgv(config_, lr);
-    spec.spawn.env = workerEnv(config_, round, lr, store, logDir_.errorFilePath(attempt, lr));
+    spec.spawn.env =
+        workerEnv(config_, round, lr, store, logDir_.errorFilePath(attempt, lr), hangEnv());
     spec.spawn.keepFds = context_.userFds;
     routeStreams(round, lr, spec.spawn, childEnds);
     specs.push_back(std::move(spec));
   }
+  if (timer_) timer_->clear();  // a new group: nothing of the last one's stays armed
+  if (stacks_) stacks_->prune();
   workers_.start(specs, [this](int lr, ExitStatus s) { onWorkerExit(lr, s); });
+  armStallWatch();
   if (context_.guard) {
     for (int g : workers_.groups()) context_.guard->add(g);
   }
@@ -303,6 +328,7 @@ void Agent::onWorkerExit(int localRank, ExitStatus status) {
        {"signal", status.signal ? nlohmann::json(*status.signal) : nlohmann::json(nullptr)}});
   if (!w.execError().empty()) log_->error("worker {}: {}", localRank, w.execError());
   reapOrphans();  // an orphan's zombie may have waited behind this worker's
+  if (timer_) timer_->clearOwner(localRank);
   // The worker is gone: take what is left in its pipes (a grandchild may still hold them).
   if (auto out = std::exchange(outStreams_[localRank], std::nullopt)) {
     forwarder_.drainAndClose(*out, [](std::vector<std::string>) {});
@@ -423,6 +449,9 @@ void Agent::finish(int code) {
   logDir_.removeIfEmpty();
   finishTimer_.cancel();
   abortTimer_.cancel();
+  exitBarrierTimer_.cancel();
+  stallTimer_.cancel();
+  if (timer_) timer_->stop();
   boost::system::error_code ignored;
   signals_.cancel(ignored);
   sigchld_.cancel(ignored);
@@ -449,6 +478,109 @@ void Agent::armSigchld() {
     if (ec || finished_) return;
     reapOrphans();
     armSigchld();
+  });
+}
+
+}  // namespace dtrun::agent
+
+namespace dtrun::agent {
+
+std::map<std::string, std::string> Agent::hangEnv() const {
+  std::map<std::string, std::string> env;
+  if (timer_) env["TORCHELASTIC_TIMER_FILE"] = timer_->path();
+  if (stacks_) {
+    if (auto it = config_.baseEnv.find("PYTHONPATH"); it != config_.baseEnv.end()) {
+      env["PYTHONPATH"] = it->second;
+    }
+    stacks_->addTo(env);
+  }
+  return env;
+}
+
+std::optional<int> Agent::ownerOf(int pid) const {
+  std::map<int, int> roots;
+  for (std::size_t lr = 0; lr < workers_.size(); ++lr) {
+    const auto& w = workers_.worker(static_cast<int>(lr));
+    if (w.running() && w.pid() > 0) roots[w.pid()] = static_cast<int>(lr);
+  }
+  return agent::ownerOf(pid, roots);
+}
+
+void Agent::onTimerExpired(const TimerExpiry& e) {
+  Hang hang;
+  hang.kind = "timer";
+  hang.scopeId = e.scopeId;
+  hang.pid = e.pid;
+  hang.deadlineMs = epochMs(e.deadline);
+  hang.overstayMs = e.overstay.count();
+  hang.signal = e.signal;
+  dispatch(event::TimerExpired{e.owner, std::move(hang)});
+}
+
+void Agent::killHung(const action::KillHung& a) {
+  auto kill = [this, ranks = a.localRanks, signo = a.signo] {
+    for (int lr : ranks) workers_.stopOne(lr, signo, config_.shutdownTimeout);
+  };
+  if (!a.stacks || !stacks_) {
+    kill();
+    return;
+  }
+  std::vector<int> pids = a.stackPids;
+  for (int lr : a.localRanks) {
+    if (lr >= 0 && lr < static_cast<int>(workers_.size()))
+      pids.push_back(workers_.worker(lr).pid());
+  }
+  std::sort(pids.begin(), pids.end());
+  pids.erase(std::unique(pids.begin(), pids.end()), pids.end());
+  stacks_->collect(pids, kStackBound, [this, kill, ranks = a.localRanks](std::string text) {
+    if (finished_) return;
+    if (!text.empty()) dispatch(event::StacksCollected{ranks, std::move(text)});
+    kill();
+  });
+}
+
+void Agent::armStallWatch() {
+  if (!config_.stallTimeout) return;
+  groupStarted_ = std::chrono::steady_clock::now();
+  stallTimer_.expires_at(groupStarted_ + *config_.stallTimeout);
+  stallTimer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec && !finished_) onStallWatch();
+  });
+}
+
+void Agent::onStallWatch() {
+  if (policy_.state() != Policy::State::kRunning) return;  // the next start re-arms it
+  using Clock = std::chrono::steady_clock;
+  const auto now = Clock::now();
+  // The last sign of life: the group's start, any forwarded output, any timer request, and the
+  // files the redirected streams write without the agent.
+  Clock::time_point last = groupStarted_;
+  if (auto t = forwarder_.lastOutput()) last = std::max(last, *t);
+  if (timer_) {
+    if (auto t = timer_->lastRequest()) last = std::max(last, *t);
+  }
+  const int attempt = static_cast<int>(round_.round);
+  const auto sysNow = std::chrono::system_clock::now();
+  for (int lr = 0; lr < config_.nprocPerNode; ++lr) {
+    for (const auto& path : {logDir_.stdoutPath(attempt, lr), logDir_.stderrPath(attempt, lr)}) {
+      struct stat st {};
+      if (path.empty() || ::stat(path.c_str(), &st) != 0) continue;
+      const auto mtime = std::chrono::system_clock::time_point(
+          std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec));
+      last = std::max(last, now - std::chrono::duration_cast<Clock::duration>(sysNow - mtime));
+    }
+  }
+  const auto quiet = now - last;
+  if (quiet >= *config_.stallTimeout) {
+    const auto lastSys =
+        sysNow - std::chrono::duration_cast<std::chrono::system_clock::duration>(quiet);
+    dispatch(event::Stalled{epochMs(lastSys),
+                            std::chrono::duration_cast<std::chrono::milliseconds>(quiet)});
+    return;
+  }
+  stallTimer_.expires_at(last + *config_.stallTimeout);
+  stallTimer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec && !finished_) onStallWatch();
   });
 }
 

@@ -13,18 +13,21 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "agent/event_log.h"
+#include "agent/file_timer.h"
 #include "agent/job_link.h"
 #include "agent/launch_config.h"
 #include "agent/log_dir.h"
 #include "agent/log_forwarder.h"
 #include "agent/orphan_guard.h"
 #include "agent/policy.h"
+#include "agent/stack_dump.h"
 #include "agent/worker_group.h"
 
 namespace dtrun::agent {
@@ -62,6 +65,18 @@ class Agent {
   void routeStreams(const rendezvous::RoundInfo& round, int localRank, SpawnSpec& spawn,
                     std::vector<UniqueFd>& childEnds);
   void onWorkerExit(int localRank, ExitStatus status);
+  /// What every worker of this node gets besides torchrun's environment: the file timer's
+  /// FIFO, the stack-dump set-up.
+  std::map<std::string, std::string> hangEnv() const;
+  /// Which worker of this round `pid` belongs to (the file timer's check of who asked).
+  std::optional<int> ownerOf(int pid) const;
+  void onTimerExpired(const TimerExpiry& e);
+  /// `signo` to each hung worker's group (SIGKILL after the grace), Python stacks first when
+  /// asked.
+  void killHung(const action::KillHung& a);
+  /// --stall-timeout: wakes when the group may have been quiet for that long, and says so.
+  void armStallWatch();
+  void onStallWatch();
   void collectFailure(int localRank, ExitStatus status);
   void stopWorkers(int signo, std::optional<std::string> abortReason);
   /// After the round's workers exited: ends their process groups and adopted orphans.
@@ -94,6 +109,12 @@ class Agent {
   boost::asio::signal_set sigchld_;
   boost::asio::steady_timer finishTimer_;
   boost::asio::steady_timer abortTimer_;
+  boost::asio::steady_timer exitBarrierTimer_;
+  // Hangs (docs/hangs.md): the file timer, the stack dumps, the stall watch.
+  std::unique_ptr<FileTimerServer> timer_;
+  std::unique_ptr<StackDump> stacks_;
+  boost::asio::steady_timer stallTimer_;
+  std::chrono::steady_clock::time_point groupStarted_;
 
   std::deque<Event> pending_;
   bool dispatching_ = false;

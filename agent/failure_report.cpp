@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <ctime>
 
 #include "agent/error_file.h"
@@ -71,12 +72,33 @@ std::pair<std::string, std::size_t> formatOne(std::size_t idx, const ProcessFail
 
 }  // namespace
 
+void to_json(nlohmann::json& j, const Hang& h) {
+  j = nlohmann::json{{"kind", h.kind},
+                     {"scopeId", h.scopeId},
+                     {"pid", h.pid},
+                     {"deadlineMs", h.deadlineMs},
+                     {"overstayMs", h.overstayMs},
+                     {"signal", h.signal},
+                     {"stacks", h.stacks}};
+}
+
+void from_json(const nlohmann::json& j, Hang& h) {
+  h.kind = j.value("kind", std::string("timer"));
+  h.scopeId = j.value("scopeId", std::string());
+  h.pid = j.value("pid", 0);
+  h.deadlineMs = j.value("deadlineMs", std::int64_t{0});
+  h.overstayMs = j.value("overstayMs", std::int64_t{0});
+  h.signal = j.value("signal", 0);
+  h.stacks = j.value("stacks", std::string());
+}
+
 void to_json(nlohmann::json& j, const ProcessFailure& f) {
   j = nlohmann::json{
       {"localRank", f.localRank},     {"rank", f.rank},       {"pid", f.pid},
       {"exitCode", f.exitCode},       {"host", f.host},       {"errorFile", f.errorFile},
       {"timestampMs", f.timestampMs}, {"message", f.message}, {"fromErrorFile", f.fromErrorFile},
       {"stderrTail", f.stderrTail}};
+  if (f.hang) j["hang"] = *f.hang;
 }
 
 void from_json(const nlohmann::json& j, ProcessFailure& f) {
@@ -91,6 +113,24 @@ void from_json(const nlohmann::json& j, ProcessFailure& f) {
   f.message = j.value("message", std::string());
   f.fromErrorFile = j.value("fromErrorFile", false);
   f.stderrTail = j.value("stderrTail", std::vector<std::string>());
+  if (auto it = j.find("hang"); it != j.end() && it->is_object()) f.hang = it->get<Hang>();
+}
+
+std::string describeHang(const Hang& h) {
+  const std::int64_t secs = floorDiv(h.deadlineMs, 1000);
+  char ms[8];
+  std::snprintf(ms, sizeof ms, ".%03d", static_cast<int>(h.deadlineMs - secs * 1000));
+  char overstay[32];
+  std::snprintf(overstay, sizeof overstay, "%.3f", static_cast<double>(h.overstayMs) / 1000.0);
+  const std::string action = h.signal > 0
+                                 ? "; dtrun sent " + signalName(h.signal) + " to its process group"
+                                 : "; it asked for no signal";
+  if (h.kind == "stall") {
+    return "hung: no output and no timer activity from the worker group for " +
+           std::string(overstay) + " s (since " + formatLocalTime(secs) + ms + ")" + action;
+  }
+  return "hung: timer \"" + h.scopeId + "\" of pid " + std::to_string(h.pid) +
+         " passed its deadline " + formatLocalTime(secs) + ms + " by " + overstay + " s" + action;
 }
 
 ProcessFailure buildProcessFailure(const FailedExit& exit) {
@@ -140,6 +180,15 @@ std::string formatLocalTime(std::int64_t epochSeconds) {
 }
 
 std::string tracebackText(const ProcessFailure& f) {
+  if (f.hang) {
+    // Where it hung first, then what it last said, then its stacks: the report's reader wants
+    // the first line to say "hang", not "Signal 9".
+    ProcessFailure plain = f;
+    plain.hang.reset();
+    std::string text = describeHang(*f.hang) + "\n" + tracebackText(plain);
+    if (!f.hang->stacks.empty()) text += "\n" + f.hang->stacks;
+    return text;
+  }
   if (f.fromErrorFile || f.stderrTail.empty()) return f.message;
   std::string tail;
   for (std::size_t i = 0; i < f.stderrTail.size(); ++i) {
@@ -197,10 +246,12 @@ void writeAgentErrorFile(const std::string& path, const ProcessFailure& root) {
     // record what the report shows, so a scheduler reading this file still learns the cause.
     // "message" is one line, like torch's "<ExcType>: <str>": the last stderr line when the
     // tail stands in for the traceback (for a Python worker, the exception itself), else the
-    // first line of the message.
+    // first line of the message; for a hang, the hang.
     std::string text = tracebackText(root);
     std::string summary = root.message.substr(0, root.message.find('\n'));
-    if (text != root.message && root.errorFile.empty() && root.exitCode >= 0) {
+    if (root.hang) {
+      summary = describeHang(*root.hang);
+    } else if (text != root.message && root.errorFile.empty() && root.exitCode >= 0) {
       for (auto it = root.stderrTail.rbegin(); it != root.stderrTail.rend(); ++it) {
         if (it->find_first_not_of(" \t") != std::string::npos) {
           summary = *it;

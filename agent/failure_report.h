@@ -28,10 +28,25 @@
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace dtrun::agent {
+
+/// Why dtrun ended a worker that was still running: a hang, not a crash.
+struct Hang {
+  /// "timer": a file-timer deadline passed; "stall": no output from the group for too long.
+  std::string kind;
+  std::string scopeId;          ///< the timer's scope_id ("" for a stall)
+  int pid = 0;                  ///< the process whose deadline passed (the worker or a child)
+  std::int64_t deadlineMs = 0;  ///< epoch ms of the deadline (a stall: of the last sign of life)
+  std::int64_t overstayMs = 0;  ///< how far past it dtrun acted (a stall: how long it was silent)
+  int signal = 0;               ///< what dtrun sent the worker's process group
+  std::string stacks;           ///< Python stacks asked for before the kill ("" = none)
+
+  bool operator==(const Hang&) const = default;
+};
 
 /// One failed worker, as the report shows it.
 struct ProcessFailure {
@@ -53,9 +68,20 @@ struct ProcessFailure {
   bool fromErrorFile = false;
   /// The last lines of the worker's stderr, oldest first, without line terminators.
   std::vector<std::string> stderrTail;
+  /// Set when dtrun killed the worker as hung; the report then leads with describeHang().
+  std::optional<Hang> hang;
 
   bool operator==(const ProcessFailure&) const = default;
 };
+
+void to_json(nlohmann::json& j, const Hang& h);
+void from_json(const nlohmann::json& j, Hang& h);
+
+/// One line: 'hung: timer "step" of pid 42 passed its deadline (2026-11-30_04:14:07.250) by
+/// 0.004 s; dtrun sent SIGKILL ...', or 'hung: no output and no timer activity from the worker
+/// group for 600.000 s (since ...); ...'. Pure
+/// apart from reading TZ.
+std::string describeHang(const Hang& h);
 
 /// Field names are the struct's (camelCase). from_json throws nlohmann::json::exception on a
 /// missing or mistyped required field (localRank, rank, pid, exitCode, timestampMs).
@@ -88,7 +114,8 @@ std::size_t rootCauseIndex(const std::vector<ProcessFailure>& failures);
 std::string formatLocalTime(std::int64_t epochSeconds);
 
 /// The text shown after "traceback : " before indentation: `message`, or for a failure without
-/// an error file that has stderr lines, those lines (after the signal line for a signal). Pure.
+/// an error file that has stderr lines, those lines (after the signal line for a signal). A hang
+/// leads with describeHang() and ends with the Python stacks. Pure apart from reading TZ.
 std::string tracebackText(const ProcessFailure& f);
 
 /// torch's ChildFailedError message for `failures` listed in the given order (pass them sorted

@@ -91,6 +91,17 @@ struct LaunchConfig {
   std::optional<std::string> logsSpecs;    ///< --logs-specs NAME (accepted; no plugins)
   std::optional<std::string> numaBinding;  ///< node, socket, exclusive or core-complex
 
+  // Hangs (docs/hangs.md).
+  /// --file-timer, or TORCHELASTIC_ENABLE_FILE_TIMER=1 as torchrun: serve torch's file timer.
+  bool fileTimer = false;
+  std::string timerFile;  ///< TORCHELASTIC_TIMER_FILE ("" = a private FIFO)
+  /// --stall-timeout: this long without output or timer activity from the group is a hang.
+  std::optional<std::chrono::milliseconds> stallTimeout;
+  bool dumpStacks = false;  ///< --dump-stacks: Python stacks into the report before the kill
+  /// --exit-barrier-timeout: how long a node whose workers succeeded waits for the others'
+  /// outcome once one of them stopped answering (torch's exit barrier: 300 s).
+  std::chrono::milliseconds exitBarrierTimeout = std::chrono::seconds(300);
+
   // What the parser noticed, for main to report once.
   bool ompNumThreadsSet = false;      ///< baseEnv got OMP_NUM_THREADS=1: log torchrun's notice
   std::vector<std::string> warnings;  ///< one line each, to log at warning level

@@ -193,8 +193,14 @@ std::string makeLinePrefix(const std::string& tmpl, const LinePrefixVars& vars) 
 // read's handler holds another reference, so a Stream outlives both drainAndClose() (which
 // forgets the id at once) and the forwarder itself. Touched only on the io thread.
 struct LogForwarder::Stream : std::enable_shared_from_this<LogForwarder::Stream> {
-  Stream(boost::asio::io_context& io, int readFd, StreamOptions o)
-      : pipe(io, readFd), options(std::move(o)), tail(options.tailLines) {}
+  Stream(boost::asio::io_context& io, int readFd, StreamOptions o,
+         std::shared_ptr<std::optional<std::chrono::steady_clock::time_point>> any)
+      : pipe(io, readFd), options(std::move(o)), tail(options.tailLines), lastAny(std::move(any)) {}
+
+  void sawBytes() {
+    lastRead = std::chrono::steady_clock::now();
+    *lastAny = lastRead;
+  }
 
   void startRead() {
     reading = true;
@@ -206,7 +212,10 @@ struct LogForwarder::Stream : std::enable_shared_from_this<LogForwarder::Stream>
   void onRead(const boost::system::error_code& ec, std::size_t n) {
     reading = false;
     if (closed) return;  // closeAll() got here first
-    if (n > 0) consume(std::string_view(buffer.data(), n), false);
+    if (n > 0) {
+      sawBytes();
+      consume(std::string_view(buffer.data(), n), false);
+    }
     // operation_aborted: drainAndClose() cancelled the read, finish below. Any other error (EOF,
     // EIO) ends the stream like EOF.
     if (ec == boost::asio::error::operation_aborted && !draining) return;
@@ -231,6 +240,7 @@ struct LogForwarder::Stream : std::enable_shared_from_this<LogForwarder::Stream>
     while (!eof && total < kMaxDrainBytes) {
       ssize_t n = ::read(pipe.native_handle(), buffer.data(), buffer.size());
       if (n > 0) {
+        sawBytes();
         total += static_cast<std::size_t>(n);
         consume(std::string_view(buffer.data(), static_cast<std::size_t>(n)), false);
       } else if (n < 0 && errno == EINTR) {
@@ -321,6 +331,8 @@ struct LogForwarder::Stream : std::enable_shared_from_this<LogForwarder::Stream>
   std::vector<char> buffer = std::vector<char>(kReadChunk);
   std::string pending;  // the current segment's bytes so far
   LineTail tail;
+  std::shared_ptr<std::optional<std::chrono::steady_clock::time_point>> lastAny;
+  std::optional<std::chrono::steady_clock::time_point> lastRead;
   DrainHandler onDrained;
   bool lastWasCr = false;
   bool reading = false;   // an async read is outstanding
@@ -350,7 +362,7 @@ LogForwarder::Opened LogForwarder::open(StreamOptions options) {
   int flags = DTRUN_SYSCALL(::fcntl(readEnd.get(), F_GETFL));
   DTRUN_SYSCALL(::fcntl(readEnd.get(), F_SETFL, flags | O_NONBLOCK));
 
-  auto stream = std::make_shared<Stream>(io_, readEnd.release(), std::move(options));
+  auto stream = std::make_shared<Stream>(io_, readEnd.release(), std::move(options), lastAny_);
   stream->tee = std::move(tee);
   stream->filterOut = std::move(filterOut);
   StreamId id = nextId_++;
@@ -363,6 +375,12 @@ std::vector<std::string> LogForwarder::tail(StreamId id) const {
   auto it = streams_.find(id);
   if (it == streams_.end()) return {};
   return it->second->tail.lines();
+}
+
+std::optional<std::chrono::steady_clock::time_point> LogForwarder::lastOutput(StreamId id) const {
+  auto it = streams_.find(id);
+  if (it == streams_.end()) return std::nullopt;
+  return it->second->lastRead;
 }
 
 void LogForwarder::drainAndClose(StreamId id, DrainHandler done) {

@@ -19,11 +19,13 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -126,9 +128,18 @@ class LogForwarder {
   /// Streams opened and not yet drained or closed.
   std::size_t openStreams() const { return streams_.size(); }
 
+  /// When bytes last arrived on any stream this forwarder ever read (nullopt: none yet). For
+  /// stall detection: a worker group that prints nothing for long may be hung. Does not block.
+  std::optional<std::chrono::steady_clock::time_point> lastOutput() const { return *lastAny_; }
+  /// The same for one open stream (nullopt: nothing yet, or an unknown or drained id).
+  std::optional<std::chrono::steady_clock::time_point> lastOutput(StreamId id) const;
+
  private:
   struct Stream;
+  using Activity = std::optional<std::chrono::steady_clock::time_point>;
   boost::asio::io_context& io_;
+  // Shared with the streams, whose reads may complete after drainAndClose() forgot them.
+  std::shared_ptr<Activity> lastAny_ = std::make_shared<Activity>();
   std::map<StreamId, std::shared_ptr<Stream>> streams_;
   StreamId nextId_ = 1;
 };

@@ -64,6 +64,7 @@ void Policy::on(const event::Joined& e) {
   round_ = e.round;
   haveRound_ = true;
   localFailures_.clear();
+  hung_.clear();
   nlohmann::json nodes = nlohmann::json::array();
   for (const auto& n : round_.nodes) nodes.push_back(n);
   emit(action::Record{"rendezvous_done",
@@ -87,6 +88,7 @@ void Policy::on(const event::WorkerStoreReady& e) {
   if (state_ != State::kJoining) return;
   transition(State::kRunning);
   running_ = settings_.nprocPerNode;
+  succeeded_ = 0;
   log_->info("agent: [{}] starting worker group: round {}, ranks {}..{} of {}, master {}:{}",
              settings_.role, round_.round, round_.rankOffset,
              round_.rankOffset + settings_.nprocPerNode - 1, round_.worldSize, e.store.addr,
@@ -105,6 +107,7 @@ void Policy::on(const event::WorkerStoreFailed& e) {
 
 void Policy::on(const event::WorkerExited& e) {
   if (running_ > 0) --running_;
+  if (e.status.success()) ++succeeded_;   // counted whatever the state: see JobLost
   if (state_ != State::kRunning) return;  // expected: they are being stopped
   if (e.status.success()) {
     if (running_ > 0) return;
@@ -128,8 +131,10 @@ void Policy::on(const event::WorkerExited& e) {
 
 void Policy::on(const event::FailureCollected& e) {
   if (state_ == State::kFinished) return;
-  localFailures_.push_back(e.failure);
-  emit(action::ReportFailure{round_.round, e.failure});
+  ProcessFailure failure = e.failure;
+  if (auto it = hung_.find(failure.localRank); it != hung_.end()) failure.hang = it->second;
+  localFailures_.push_back(failure);
+  emit(action::ReportFailure{round_.round, std::move(failure)});
 }
 
 void Policy::stop(int signo, std::optional<std::string> abortReason, AfterStop after) {
@@ -154,6 +159,14 @@ void Policy::on(const event::WorkersStopped&) {
       emit(action::ReadFailures{reportRound_});
       return;
     case AfterStop::kFinish:
+      if (lostJob_ && succeeded_ == settings_.nprocPerNode) {
+        // Every worker of this node had exited 0 before the job was lost (a node resumed after
+        // a stop sees both at once): that is what this node knows.
+        log_->warn("agent: [{}] this node's workers all succeeded before the job was lost",
+                   settings_.role);
+        finish(0);
+        return;
+      }
       finish(1);
       return;
   }
@@ -191,6 +204,10 @@ void Policy::onState(const rendezvous::JobState& s) {
     if (s.gone >= round_.groupWorldSize - 1) finish(0);
     return;
   }
+  if (state_ == State::kDoneWaiting) {
+    onStateDone(s);
+    return;
+  }
   if (s.round > round_.round) {
     if (state_ == State::kStopping) return;  // back here when the workers are gone
     log_->warn("agent: [{}] round {} is over; restarting into round {}", settings_.role,
@@ -200,7 +217,32 @@ void Policy::onState(const rendezvous::JobState& s) {
     stop(SIGTERM, "round " + std::to_string(round_.round) + " is over", AfterStop::kRejoin);
     return;
   }
-  if (state_ == State::kDoneWaiting && s.done >= round_.groupWorldSize) {
+  const bool roomForLate = s.waiting > 0 && round_.groupWorldSize < settings_.maxNodes;
+  if ((s.gone > 0 || roomForLate) && s.done > 0) {
+    // Some nodes' workers already succeeded in this round: it cannot restart without running
+    // them again. This node's workers go on; a failure now ends the job.
+    if (!noRestartSaid_) {
+      noRestartSaid_ = true;
+      log_->warn(
+          "agent: [{}] a node {}, but {} node(s) already finished round {}: the round cannot "
+          "restart; this node's workers go on",
+          settings_.role, s.gone > 0 ? "left" : "is waiting to join", s.done, round_.round);
+    }
+    return;
+  }
+  if ((s.gone > 0 || roomForLate) && !advanceAsked_ &&
+      (state_ == State::kRunning || state_ == State::kIdle)) {
+    advanceAsked_ = true;
+    log_->warn("agent: [{}] {}; starting a new round", settings_.role,
+               s.gone > 0 ? "a node left the job" : "a new node is waiting to join");
+    emit(action::Advance{round_.round});
+  }
+}
+
+void Policy::onStateDone(const rendezvous::JobState& s) {
+  // A group that succeeded is final: whatever happens to the others, this node never starts its
+  // workers again (a new round would re-run a finished script).
+  if (s.done >= round_.groupWorldSize) {
     emit(action::Record{"shutdown", {{"reason", "succeeded"}, {"round", round_.round}}});
     if (settings_.servesOthers && round_.groupWorldSize > 1) {
       // The others still need this node to learn that the job is done; wait for them to go,
@@ -213,13 +255,86 @@ void Policy::onState(const rendezvous::JobState& s) {
     finish(0);
     return;
   }
-  const bool roomForLate = s.waiting > 0 && round_.groupWorldSize < settings_.maxNodes;
-  if ((s.gone > 0 || roomForLate) && !advanceAsked_ &&
-      (state_ == State::kRunning || state_ == State::kDoneWaiting || state_ == State::kIdle)) {
-    advanceAsked_ = true;
-    log_->warn("agent: [{}] {}; starting a new round", settings_.role,
-               s.gone > 0 ? "a node left the job" : "a new node is waiting to join");
-    emit(action::Advance{round_.round});
+  if (s.round > round_.round) {
+    // Only a race gets here (the round ended just as this node's workers finished).
+    log_->warn(
+        "agent: [{}] round {} moved on to round {} after this node's workers succeeded; "
+        "not running them again",
+        settings_.role, round_.round, s.round);
+    emit(action::Record{
+        "shutdown", {{"reason", "succeeded"}, {"round", round_.round}, {"next_round", s.round}}});
+    finish(0);
+    return;
+  }
+  if (s.gone > 0 && !exitBarrier_) {
+    exitBarrier_ = true;
+    log_->warn(
+        "agent: [{}] {} node(s) stopped answering after this node's workers succeeded; waiting "
+        "up to {} s for the others' outcome (this node's workers will not run again)",
+        settings_.role, s.gone,
+        std::chrono::duration_cast<std::chrono::seconds>(settings_.exitBarrierTimeout).count());
+    emit(action::StartExitBarrier{settings_.exitBarrierTimeout});
+  }
+}
+
+void Policy::on(const event::ExitBarrierExpired&) {
+  if (state_ != State::kDoneWaiting) return;
+  log_->warn(
+      "agent: [{}] the other nodes' outcome is still unknown; this node's workers succeeded in "
+      "round {}",
+      settings_.role, round_.round);
+  emit(action::Record{"shutdown",
+                      {{"reason", "succeeded"}, {"round", round_.round}, {"others", "unknown"}}});
+  finish(0);
+}
+
+void Policy::on(const event::TimerExpired& e) {
+  if (state_ != State::kRunning) return;  // the group is already being stopped
+  const int rank = round_.rankOffset + e.localRank;
+  nlohmann::json fields = {{"round", round_.round},
+                           {"rank", rank},
+                           {"local_rank", e.localRank},
+                           {"pid", e.hang.pid},
+                           {"scope_id", e.hang.scopeId},
+                           {"deadline_ms", e.hang.deadlineMs},
+                           {"overstay_ms", e.hang.overstayMs},
+                           {"signal", e.hang.signal}};
+  if (e.hang.signal <= 0) {
+    // torch's rule: a timer armed without a signal is watched, never reaped.
+    log_->warn("agent: [{}] rank {} (local_rank {}): {}", settings_.role, rank, e.localRank,
+               describeHang(e.hang));
+    emit(action::Record{"timer_expired", std::move(fields)});
+    return;
+  }
+  log_->error("agent: [{}] rank {} (local_rank {}) {}", settings_.role, rank, e.localRank,
+              describeHang(e.hang));
+  hung_[e.localRank] = e.hang;
+  emit(action::Record{"worker_hung", std::move(fields)});
+  emit(action::KillHung{{e.localRank}, e.hang.signal, settings_.dumpStacks, {e.hang.pid}});
+}
+
+void Policy::on(const event::Stalled& e) {
+  if (state_ != State::kRunning) return;
+  Hang hang;
+  hang.kind = "stall";
+  hang.deadlineMs = e.lastSignMs;
+  hang.overstayMs = e.quiet.count();
+  hang.signal = SIGKILL;
+  log_->error("agent: [{}] worker group {}", settings_.role, describeHang(hang));
+  std::vector<int> ranks;
+  for (int lr = 0; lr < settings_.nprocPerNode; ++lr) {
+    hung_[lr] = hang;
+    ranks.push_back(lr);
+  }
+  emit(action::Record{
+      "worker_group_stalled",
+      {{"round", round_.round}, {"last_output_ms", e.lastSignMs}, {"quiet_ms", e.quiet.count()}}});
+  emit(action::KillHung{std::move(ranks), SIGKILL, settings_.dumpStacks, {}});
+}
+
+void Policy::on(const event::StacksCollected& e) {
+  for (int lr : e.localRanks) {
+    if (auto it = hung_.find(lr); it != hung_.end()) it->second.stacks = e.stacks;
   }
 }
 
@@ -251,6 +366,23 @@ void Policy::on(const event::JobLost& e) {
   queryInFlight_ = false;
   if (state_ == State::kFinished) return;
   if (state_ == State::kFinishing && settings_.servesOthers) return;
+  if (state_ == State::kDoneWaiting) {
+    // This node's workers all succeeded: the job cannot make them run again, and what the
+    // other nodes did is not known here.
+    log_->warn(
+        "agent: lost the rendezvous {} after this node's workers succeeded; the other "
+        "nodes' outcome is unknown here",
+        e.why);
+    emit(action::Record{"shutdown",
+                        {{"reason", "succeeded"},
+                         {"round", round_.round},
+                         {"others", "unknown"},
+                         {"error", e.why}}});
+    emit(action::CloseJob{});
+    finish(0);
+    return;
+  }
+  lostJob_ = true;
   log_->error("agent: lost the rendezvous {}", e.why);
   emit(action::Record{"shutdown", {{"reason", "store_lost"}, {"error", e.why}}});
   shuttingDown_ = true;

@@ -18,7 +18,9 @@
 #include <spdlog/logger.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -70,13 +72,27 @@ struct FailuresRead {  ///< the answer to ReadFailures: every failure of the fin
   std::vector<ProcessFailure> failures;
 };
 struct FinishTimerExpired {};  ///< close_timeout passed while waiting for the others to leave
+struct TimerExpired {          ///< a file-timer deadline of one worker's process passed
+  int localRank = 0;
+  Hang hang;  ///< kind "timer": the scope, the pid, the deadline, the overstay, the signal
+};
+struct Stalled {  ///< --stall-timeout passed without output or timer activity from the group
+  std::int64_t lastSignMs = 0;  ///< epoch ms of the last output or timer request
+  std::chrono::milliseconds quiet{0};
+};
+struct StacksCollected {  ///< the Python stacks a KillHung asked for (before the kill)
+  std::vector<int> localRanks;
+  std::string stacks;
+};
+struct ExitBarrierExpired {};  ///< --exit-barrier-timeout passed while waiting, done
 }  // namespace event
 
 using Event =
     std::variant<event::Start, event::Joined, event::JoinFailed, event::WorkerStoreReady,
                  event::WorkerStoreFailed, event::WorkerExited, event::FailureCollected,
                  event::WorkersStopped, event::JobChanged, event::StateRead, event::JobLost,
-                 event::Signal, event::FailuresRead, event::FinishTimerExpired>;
+                 event::Signal, event::FailuresRead, event::FinishTimerExpired, event::TimerExpired,
+                 event::Stalled, event::StacksCollected, event::ExitBarrierExpired>;
 
 /// What the agent must do. Each is carried out by one mechanism.
 namespace action {
@@ -126,6 +142,17 @@ struct Record {  ///< one line of the event log
   std::string name;
   nlohmann::json fields;
 };
+struct KillHung {  ///< end hung workers: `signo` to each one's group, SIGKILL after the grace
+  std::vector<int> localRanks;
+  int signo = SIGKILL;
+  /// Ask these processes and the workers for their Python stacks first (StacksCollected, then
+  /// the signal); empty with stacks off.
+  bool stacks = false;
+  std::vector<int> stackPids;
+};
+struct StartExitBarrier {  ///< ExitBarrierExpired after `after`
+  std::chrono::milliseconds after{0};
+};
 struct CloseJob {};  ///< JobLink::close: release the job (the others see this node leave)
 struct Finish {      ///< stop everything; dtrun exits with `code`
   int code = 1;
@@ -136,8 +163,8 @@ using Action =
     std::variant<action::Join, action::GetWorkerStore, action::StartWorkers, action::CollectFailure,
                  action::ReportFailure, action::StopWorkers, action::SignalWorkers, action::Sweep,
                  action::MarkDone, action::QueryState, action::Advance, action::ReadFailures,
-                 action::PrintReport, action::StartFinishTimer, action::Record, action::CloseJob,
-                 action::Finish>;
+                 action::PrintReport, action::StartFinishTimer, action::Record, action::KillHung,
+                 action::StartExitBarrier, action::CloseJob, action::Finish>;
 
 /// What the policy needs to know of the configuration.
 struct PolicySettings {
@@ -151,6 +178,10 @@ struct PolicySettings {
   /// This node serves what the others read after their workers finished (JobLink::
   /// servesOthers): it leaves only after the others did, or after closeTimeout.
   bool servesOthers = false;
+  bool dumpStacks = false;  ///< ask hung workers for their Python stacks before the kill
+  /// How long a node whose workers all succeeded waits for the others' outcome once a member
+  /// stopped answering (it never runs its workers again).
+  std::chrono::milliseconds exitBarrierTimeout = std::chrono::seconds(300);
 };
 
 class Policy {
@@ -189,8 +220,14 @@ class Policy {
   void on(const event::Signal& e);
   void on(const event::FailuresRead& e);
   void on(const event::FinishTimerExpired&);
+  void on(const event::TimerExpired& e);
+  void on(const event::Stalled& e);
+  void on(const event::StacksCollected& e);
+  void on(const event::ExitBarrierExpired&);
 
   void onState(const rendezvous::JobState& s);
+  /// Done waiting: the other nodes' outcome, without ever running this node's workers again.
+  void onStateDone(const rendezvous::JobState& s);
   void transition(State next);
   void join();
   void queryState();
@@ -218,6 +255,11 @@ class Policy {
   AfterStop afterStop_ = AfterStop::kNone;
   std::int64_t reportRound_ = 0;  // the final round, for kReport
   std::vector<ProcessFailure> localFailures_;
+  std::map<int, Hang> hung_;    // local rank -> why dtrun ended it (this round)
+  int succeeded_ = 0;           // workers of this round that exited 0 (in any state)
+  bool lostJob_ = false;        // the stop under way is for a lost job
+  bool exitBarrier_ = false;    // the bounded wait for the others' outcome has begun
+  bool noRestartSaid_ = false;  // "this round cannot restart" logged once
   int exitCode_ = 1;
 };
 

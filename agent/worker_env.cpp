@@ -17,7 +17,8 @@ std::vector<std::string> workerArgv(const LaunchConfig& config, int localRank) {
 
 std::vector<std::string> workerEnv(const LaunchConfig& config, const rendezvous::RoundInfo& round,
                                    int localRank, const WorkerStore& store,
-                                   const std::string& errorFile) {
+                                   const std::string& errorFile,
+                                   const std::map<std::string, std::string>& extra) {
   std::map<std::string, std::string> env = config.baseEnv;
   const int rank = round.rankOffset + localRank;
   // Role ranks: the prefix sum over nodes of the same role, in group rank order. The round
@@ -68,6 +69,7 @@ std::vector<std::string> workerEnv(const LaunchConfig& config, const rendezvous:
     }
     env["CUDA_VISIBLE_DEVICES"] = device;
   }
+  for (const auto& [k, v] : extra) env[k] = v;
   std::vector<std::string> out;
   out.reserve(env.size());
   for (const auto& [k, v] : env) out.push_back(k + "=" + v);

@@ -4,6 +4,7 @@
 // without starting anything.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -21,10 +22,12 @@ std::vector<std::string> workerArgv(const LaunchConfig& config, int localRank);
 /// The worker's whole environment as "KEY=value" entries: config.baseEnv plus RANK,
 /// LOCAL_RANK, WORLD_SIZE, GROUP_RANK, ROLE_RANK, MASTER_ADDR/PORT, TORCHELASTIC_* and the rest,
 /// for local rank `localRank` of this node in `round`. `errorFile` is its
-/// TORCHELASTIC_ERROR_FILE ("" = none).
+/// TORCHELASTIC_ERROR_FILE ("" = none). `extra` is set last, over everything else (the file
+/// timer's TORCHELASTIC_TIMER_FILE, the stack-dump PYTHONPATH).
 std::vector<std::string> workerEnv(const LaunchConfig& config, const rendezvous::RoundInfo& round,
                                    int localRank, const WorkerStore& store,
-                                   const std::string& errorFile);
+                                   const std::string& errorFile,
+                                   const std::map<std::string, std::string>& extra = {});
 
 /// ${rank}, ${local_rank}, ${node_rank}, ... for the console prefix of one worker's lines.
 LinePrefixVars linePrefixVars(const LaunchConfig& config, const rendezvous::RoundInfo& round,

@@ -38,6 +38,12 @@ void WorkerGroup::stop(int first, std::chrono::milliseconds grace, std::function
   }
 }
 
+void WorkerGroup::stopOne(int localRank, int first, std::chrono::milliseconds grace) {
+  if (localRank < 0 || localRank >= static_cast<int>(workers_.size())) return;
+  auto& w = *workers_[static_cast<std::size_t>(localRank)];
+  if (w.running()) w.stop(first, grace, nullptr);
+}
+
 void WorkerGroup::sweep() {
   for (int g : groups()) ::kill(-g, SIGKILL);
 }

@@ -35,6 +35,9 @@ class WorkerGroup {
   void signalAll(int signo);
   /// `first` to every running worker's group, SIGKILL after `grace`; `done` once all exited.
   void stop(int first, std::chrono::milliseconds grace, std::function<void()> done);
+  /// Stops one worker as stop() does (`first` to its group, SIGKILL after `grace`); nothing
+  /// once it exited or for an unknown local rank.
+  void stopOne(int localRank, int first, std::chrono::milliseconds grace);
   /// SIGKILLs every worker's process group, exited leaders included: what is left in a group
   /// once its worker is gone are grandchildren dtrun must not leave behind.
   void sweep();

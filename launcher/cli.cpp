@@ -33,7 +33,7 @@ constexpr std::string_view kDtrun = "dtrun options";
 constexpr std::string_view kPet = "PET";
 
 // In torchrun's order, so the help reads like torchrun's (and `dtrun launch` forwards them in it).
-constexpr std::array<OptionSpec, 37> kOptions{{
+constexpr std::array<OptionSpec, 41> kOptions{{
     {"help", "-h", OptionKind::kHelp, "", "", "show this help message and exit"},
     // Worker/node size.
     {"nnodes", "", OptionKind::kValue, kSize, kPet,
@@ -144,6 +144,26 @@ constexpr std::array<OptionSpec, 37> kOptions{{
      "Prefix of teed console lines, with ${role_name}, ${rank}, ${local_rank}, ${host}, "
      "${node_rank}, ${restart}. (default: $TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, else "
      "[${role_name}${local_rank}]:)"},
+    {"file_timer", "", OptionKind::kFlag, kDtrun, "DTRUN_FILE_TIMER",
+     "Serve torch's file-timer watchdog: workers get TORCHELASTIC_TIMER_FILE (that variable's "
+     "path, else a private FIFO) for FileTimerClient or dtrun_worker's TimerScope, and one that "
+     "overstays a deadline is signalled (its process group), reported as hung, and counted "
+     "against --max-restarts. Also on with TORCHELASTIC_ENABLE_FILE_TIMER=1, as torchrun. [env "
+     "DTRUN_FILE_TIMER=1]"},
+    {"stall_timeout", "", OptionKind::kValue, kDtrun, "DTRUN_STALL_TIMEOUT",
+     "Treat this many seconds without output from any worker of the group (and without file "
+     "timer requests) as a hang: the group is killed, reported as hung and restarted. (default: "
+     "off) [env DTRUN_STALL_TIMEOUT]",
+     "SECONDS"},
+    {"dump_stacks", "", OptionKind::kFlag, kDtrun, "DTRUN_DUMP_STACKS",
+     "Before killing a hung Python worker, ask it for every thread's stack (faulthandler, set up "
+     "through a sitecustomize on PYTHONPATH that changes nothing else) and put them in the "
+     "report. [env DTRUN_DUMP_STACKS=1]"},
+    {"exit_barrier_timeout", "", OptionKind::kValue, kDtrun, "DTRUN_EXIT_BARRIER_TIMEOUT",
+     "Seconds a node whose workers all succeeded waits for the other nodes' outcome after one "
+     "of them stopped answering; it never runs its workers again. (default: 300, torch's exit "
+     "barrier) [env DTRUN_EXIT_BARRIER_TIMEOUT]",
+     "SECONDS"},
     {"log_level", "", OptionKind::kValue, kDtrun, "DTRUN_LOG_LEVEL",
      "dtrun's own log level: trace, debug, info, warn, error, critical or off. (default: "
      "$DTRUN_LOG_LEVEL, else torch's $LOGLEVEL, else warn)"},
@@ -431,6 +451,27 @@ void resolveLogs(LaunchConfig& cfg, const ParsedOptions& t) {
   }
 }
 
+// --file-timer (TORCHELASTIC_ENABLE_FILE_TIMER), --stall-timeout, --dump-stacks,
+// --exit-barrier-timeout.
+void resolveHangOptions(LaunchConfig& cfg, const ParsedOptions& t, const Env& env) {
+  // torchrun's rule: exactly "1" enables it; anything else leaves it off, silently.
+  cfg.fileTimer =
+      t.flag("file_timer") || envValue(env, "TORCHELASTIC_ENABLE_FILE_TIMER").value_or("") == "1";
+  cfg.timerFile = envValue(env, "TORCHELASTIC_TIMER_FILE").value_or("");
+  if (const auto* g = t.value("stall_timeout")) {
+    cfg.stallTimeout = parseSeconds(g->source, g->value);
+  }
+  cfg.dumpStacks = t.flag("dump_stacks");
+  if (cfg.dumpStacks && !cfg.fileTimer && !cfg.stallTimeout) {
+    cfg.warnings.push_back(
+        "--dump-stacks does nothing without --file-timer or --stall-timeout: nothing is "
+        "watched for hangs");
+  }
+  if (const auto* g = t.value("exit_barrier_timeout")) {
+    cfg.exitBarrierTimeout = parseSeconds(g->source, g->value, true);
+  }
+}
+
 // --event-log, --log-line-prefix-template, --no-agent-store, --log-level.
 void resolveDtrunOptions(LaunchConfig& cfg, const ParsedOptions& t, const Env& env) {
   cfg.stopOnStdinClose = t.flag("stop_on_stdin_close");
@@ -553,6 +594,7 @@ LaunchConfig resolveLaunchConfig(const ParsedOptions& t, const Env& env, const H
   resolveLogs(cfg, t);
   resolveDtrunOptions(cfg, t, env);
   checkVirtualLocalRank(cfg, t, env);
+  resolveHangOptions(cfg, t, env);
 
   // The workers' environment: the launcher's own, plus what torchrun adds to its own.
   cfg.baseEnv = env;

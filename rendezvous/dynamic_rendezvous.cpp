@@ -1,7 +1,9 @@
 #include "rendezvous/dynamic_rendezvous.h"
 
 #include <algorithm>
+#include <ctime>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "common/error.h"
 
@@ -30,6 +32,8 @@ namespace {
 constexpr milliseconds kSlice(1000);
 // How long a member's description may lag behind its join.
 constexpr milliseconds kNodeInfoTimeout(10000);
+// The waiting line names at most this many nodes (who came, who is missing); past that, counts.
+constexpr int kRosterLimit = 16;
 
 milliseconds until(Clock::time_point t) {
   return std::max(milliseconds(1), std::chrono::ceil<milliseconds>(t - Clock::now()));
@@ -37,6 +41,36 @@ milliseconds until(Clock::time_point t) {
 
 std::string describe(const NodeInfo& n) {
   return n.host + " (pid " + std::to_string(n.pid) + ", " + std::to_string(n.nproc) + " procs)";
+}
+
+// "12:34:56 (in 42 s)": a steady deadline as this machine's wall clock, for people.
+std::string wallClock(Clock::time_point t) {
+  const auto left = std::chrono::duration_cast<std::chrono::seconds>(t - Clock::now());
+  const std::time_t when = std::chrono::system_clock::to_time_t(
+      std::chrono::system_clock::now() +
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(t - Clock::now()));
+  std::tm tm{};
+  ::localtime_r(&when, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
+  return std::string(buf) + " (in " + std::to_string(std::max<long long>(0, left.count())) + " s)";
+}
+
+std::string joinNames(const std::vector<std::string>& names, std::size_t total) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  if (total > names.size()) {
+    out += (out.empty() ? "" : " and ") + std::to_string(total - names.size()) + " more";
+  }
+  return out;
+}
+
+std::string makeNonce() {
+  std::random_device rd;
+  std::uniform_int_distribution<unsigned> d;
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", d(rd));
+  return buf;
 }
 
 }  // namespace
@@ -51,7 +85,8 @@ DynamicRendezvous::DynamicRendezvous(std::shared_ptr<Store> store, NodeInfo me,
       settings_(settings),
       registerMember_(std::move(registerMember)),
       log_(std::move(log)),
-      cancelled_(std::move(cancelled)) {
+      cancelled_(std::move(cancelled)),
+      nonce_(makeNonce()) {
   if (settings_.minNodes < 1 || settings_.minNodes > settings_.maxNodes) {
     throw ConfigError("rendezvous: need 0 < min nodes <= max nodes, got " +
                       std::to_string(settings_.minNodes) + ":" +
@@ -159,9 +194,9 @@ DynamicRendezvous::Outcome DynamicRendezvous::joinRound(std::int64_t round,
     }
     if (Clock::now() - lastProgress >= settings_.progressInterval) {
       lastProgress = Clock::now();
-      log_->warn("rendezvous: waiting for nodes in round {}: {} joined (min {}, max {}); {} s left",
-                 round, joined, settings_.minNodes, settings_.maxNodes,
-                 std::chrono::duration_cast<std::chrono::seconds>(deadline - Clock::now()).count());
+      std::optional<Clock::time_point> closesAt;
+      if (minSeen && !settings_.fixedRank) closesAt = *minSeen + settings_.lastCallTimeout;
+      logWaiting(round, joined, deadline, closesAt);
     }
     auto slice = std::min(kSlice, until(deadline));
     if (minSeen && !settings_.fixedRank) {
@@ -219,9 +254,23 @@ std::vector<NodeInfo> DynamicRendezvous::nodesOf(std::int64_t round, int count,
 
 void DynamicRendezvous::waitForRound(std::int64_t round, Clock::time_point deadline) {
   const std::string opened = roundKey(round, "opened");
+  auto lastProgress = Clock::now();
   for (;;) {
     checkCancelled();
     checkFinished();
+    if (Clock::now() - lastProgress >= settings_.progressInterval) {
+      lastProgress = Clock::now();
+      // Round round-1 closed without this node; it opens the next one when a member leaves or
+      // fails, or restarts into it at once when the group has room (< max nodes).
+      const std::string closed = roundKey(round - 1, "closed");
+      const int running =
+          store_->check({closed}) ? joinedNodes(std::stoll(store_->get(closed, kSlice))) : 0;
+      log_->warn(
+          "rendezvous: waiting until {} (join timeout) for round {} to open: round {} runs "
+          "without this node ({} node(s), max {}); the next round opens when a node fails or "
+          "leaves, or at once while there is room",
+          wallClock(deadline), round, round - 1, running, settings_.maxNodes);
+    }
     if (Clock::now() >= deadline) {
       throw TimeoutError("rendezvous: waited " +
                          std::to_string(settings_.joinTimeout.count() / 1000) + " s for round " +
@@ -233,6 +282,72 @@ void DynamicRendezvous::waitForRound(std::int64_t round, Clock::time_point deadl
     } catch (const TimeoutError&) {
     }
   }
+}
+
+std::vector<NodeInfo> DynamicRendezvous::roster(std::int64_t round, int count) {
+  std::vector<NodeInfo> out;
+  for (int r = 0; r < std::min(count, kRosterLimit); ++r) {
+    const std::string key = roundKey(round, "node/" + std::to_string(r));
+    if (!store_->check({key})) continue;
+    try {
+      out.push_back(nlohmann::json::parse(store_->get(key, kSlice)).get<NodeInfo>());
+    } catch (const nlohmann::json::exception&) {
+      // A description this version cannot read: the line is informational, skip it.
+    }
+  }
+  return out;
+}
+
+void DynamicRendezvous::logWaiting(std::int64_t round, int joined, Clock::time_point deadline,
+                                   std::optional<Clock::time_point> closesAt) {
+  // Who came, by name.
+  const auto came = roster(round, joined);
+  std::vector<std::string> cameNames;
+  for (const auto& n : came) cameNames.push_back(n.host + " (pid " + std::to_string(n.pid) + ")");
+  // Who is missing: by name, the previous round's members that have not come back; else how
+  // many more the round needs (and may take).
+  std::vector<std::string> missing;
+  std::size_t missingCount = 0;
+  if (settings_.fixedRank) {
+    for (int g = 0; g < settings_.maxNodes; ++g) {
+      if (store_->check({roundKey(round, "rank/" + std::to_string(g))})) continue;
+      ++missingCount;
+      if (missing.size() < static_cast<std::size_t>(kRosterLimit)) {
+        missing.push_back("--node-rank " + std::to_string(g));
+      }
+    }
+  } else if (round > 0 && joined <= kRosterLimit &&
+             store_->check({roundKey(round - 1, "closed")})) {
+    const int before = joinedNodes(std::stoll(store_->get(roundKey(round - 1, "closed"), kSlice)));
+    if (before <= kRosterLimit) {
+      for (const auto& n : roster(round - 1, before)) {
+        const bool back = std::any_of(came.begin(), came.end(), [&](const NodeInfo& c) {
+          return c.host == n.host && c.pid == n.pid;
+        });
+        if (!back) missing.push_back(n.host + " (pid " + std::to_string(n.pid) + ")");
+      }
+      missingCount = missing.size();
+    }
+  }
+  std::string need;
+  if (joined < settings_.minNodes) {
+    need = std::to_string(settings_.minNodes - joined) + " more for the minimum of " +
+           std::to_string(settings_.minNodes);
+  } else if (closesAt) {
+    need = "closing at " + wallClock(*closesAt) + " (last call) unless " +
+           std::to_string(settings_.maxNodes - joined) + " more come first";
+  }
+  std::string line = "rendezvous: round " + std::to_string(round) + " is waiting for nodes until " +
+                     wallClock(deadline) + " (join timeout): " + std::to_string(joined) +
+                     " came (min " + std::to_string(settings_.minNodes) + ", max " +
+                     std::to_string(settings_.maxNodes) + ")";
+  if (!cameNames.empty()) line += ": " + joinNames(cameNames, static_cast<std::size_t>(joined));
+  if (missingCount > 0) {
+    line += "; missing: " + joinNames(missing, missingCount);
+    if (!settings_.fixedRank) line += " from round " + std::to_string(round - 1);
+  }
+  if (!need.empty()) line += "; " + need;
+  log_->warn("{}", line);
 }
 
 void DynamicRendezvous::timedOut(std::int64_t round, int joined) {
@@ -262,8 +377,30 @@ JobState DynamicRendezvous::state(std::int64_t round) {
 }
 
 bool DynamicRendezvous::advance(std::int64_t round, AdvanceReason reason, int maxRestarts) {
-  if (store_->add(roundKey(round, "advance"), 1) != 1) return false;
-  const bool failure = reason == AdvanceReason::kFailure;
+  // The first claim decides why the round ends (a failure counts a restart). Every step after it
+  // is idempotent, and every node that asks runs them all, claim won or not: a claimant that
+  // dies half-way (its connection closing makes the others ask) leaves nothing stuck, and no
+  // step happens twice in effect.
+  const std::string mine =
+      std::string(reason == AdvanceReason::kFailure ? "failure " : "membership ") + me_.host + ":" +
+      std::to_string(me_.pid) + ":" + nonce_;
+  // A round in which some node's workers all succeeded never restarts: that would run a
+  // finished script again. A failure then ends the job; a membership change changes nothing.
+  if (const std::int64_t done = counter(roundKey(round, "done")); done > 0) {
+    if (reason != AdvanceReason::kFailure) return false;
+    const std::string final =
+        nlohmann::json{{"reason", "failed_after_success"}, {"round", round}, {"done", done}}.dump();
+    const bool decidedHere = store_->compareSet("final", "", final) == final;
+    store_->add(epochKey(), 1);
+    if (decidedHere) {
+      log_->warn("rendezvous: round {} failed after {} node(s) had finished it; it cannot restart",
+                 round, done);
+    }
+    return decidedHere;
+  }
+  const Bytes claim = store_->compareSet(roundKey(round, "advance"), "", mine);
+  const bool decidedHere = claim == mine;
+  const bool failure = claim.rfind("failure ", 0) == 0;
   // Who will be back: the members still connected plus the nodes that came too late.
   const std::int64_t closed = store_->check({roundKey(round, "closed")})
                                   ? std::stoll(store_->get(roundKey(round, "closed"), kSlice))
@@ -271,27 +408,44 @@ bool DynamicRendezvous::advance(std::int64_t round, AdvanceReason reason, int ma
   const std::int64_t back =
       joinedNodes(closed) - counter(goneKey(round)) + counter(roundKey(round, "waiting"));
   if (failure) {
-    const std::int64_t restarts = store_->add("restarts", 1);
+    // This round's count is fixed once (r<R>/restarts); the job-wide counter only ever rises to
+    // it, so a late helper of an older round cannot lower it.
+    const std::int64_t restarts = std::stoll(store_->compareSet(
+        roundKey(round, "restarts"), "", std::to_string(counter("restarts") + 1)));
+    for (std::int64_t now = counter("restarts"); now < restarts;) {
+      const Bytes seen =
+          store_->compareSet("restarts", std::to_string(now), std::to_string(restarts));
+      now = seen == std::to_string(now) ? restarts : std::stoll(seen);
+    }
     if (restarts > maxRestarts) {
       nlohmann::json final = {{"reason", "max_restarts"},
                               {"round", round},
                               {"restarts", restarts - 1},
                               {"max_restarts", maxRestarts}};
-      store_->set("final", final.dump());
+      store_->compareSet("final", "", final.dump());
       store_->add(epochKey(), 1);
-      log_->warn("rendezvous: round {} failed and the {} restart(s) allowed are used up", round,
-                 maxRestarts);
-      return true;
+      if (decidedHere) {
+        log_->warn("rendezvous: round {} failed and the {} restart(s) allowed are used up", round,
+                   maxRestarts);
+      }
+      return decidedHere;
     }
   }
-  store_->set(roundKey(round + 1, "expect"),
-              std::to_string(std::clamp<std::int64_t>(back, 1, settings_.maxNodes)));
-  store_->add("round", 1);
-  store_->set(roundKey(round + 1, "opened"), failure ? "failure" : "membership");
+  store_->compareSet(roundKey(round + 1, "expect"), "",
+                     std::to_string(std::clamp<std::int64_t>(back, 1, settings_.maxNodes)));
+  counter("round");  // CAS on a missing key stores nothing; "round" exists once anyone joined
+  store_->compareSet("round", std::to_string(round), std::to_string(round + 1));
+  store_->compareSet(roundKey(round + 1, "opened"), "", failure ? "failure" : "membership");
   store_->add(epochKey(), 1);
-  log_->info("rendezvous: round {} ends ({}); round {} is open", round,
-             failure ? "worker failure" : "membership change", round + 1);
-  return true;
+  if (decidedHere) {
+    log_->info("rendezvous: round {} ends ({}); round {} is open", round,
+               failure ? "worker failure" : "membership change", round + 1);
+  } else {
+    log_->debug("rendezvous: round {} ends ({}, decided by {}); round {} is open", round,
+                failure ? "worker failure" : "membership change", claim.substr(claim.find(' ') + 1),
+                round + 1);
+  }
+  return decidedHere;
 }
 
 void DynamicRendezvous::reportFailure(std::int64_t round, const std::string& failureJson) {

@@ -106,9 +106,13 @@ class DynamicRendezvous {
   /// Reads the job's state as seen from `round`.
   JobState state(std::int64_t round);
 
-  /// Ends `round` and opens the next one unless another node already did; true for the node
-  /// that did. A failure counts one restart, job-wide; past `maxRestarts` the job is marked
-  /// final instead and no round opens.
+  /// Ends `round` and opens the next one; true for the node whose call decided it (the first to
+  /// ask). A failure counts one restart, job-wide; past `maxRestarts` the job is marked final
+  /// instead and no round opens. Every call completes every step, idempotently: when the node
+  /// that decided dies half-way, the next node that asks (they all do once its connection
+  /// closes) finishes the job, and nothing counts twice. A round in which a node is done never
+  /// restarts: a failure makes the job final ("failed_after_success"), a membership change
+  /// does nothing (false).
   bool advance(std::int64_t round, AdvanceReason reason, int maxRestarts);
 
   /// Records a worker failure of `round` (one JSON document, no newlines) and bumps the epoch.
@@ -143,6 +147,12 @@ class DynamicRendezvous {
   /// Throws when the job already failed for good or succeeded: nothing left to join.
   void checkFinished();
   [[noreturn]] void timedOut(std::int64_t round, int joined);
+  /// The periodic "waiting for nodes" line: who came, who is missing, until when.
+  void logWaiting(std::int64_t round, int joined, std::chrono::steady_clock::time_point deadline,
+                  std::optional<std::chrono::steady_clock::time_point> closesAt);
+  /// Descriptions of round `round`'s members 0..count-1 that have published one (at most
+  /// kRosterLimit are read: the line is for people, and costs O(1) per waiting node).
+  std::vector<NodeInfo> roster(std::int64_t round, int count);
 
   std::shared_ptr<Store> store_;
   NodeInfo me_;
@@ -150,6 +160,7 @@ class DynamicRendezvous {
   std::function<void(std::int64_t)> registerMember_;
   std::shared_ptr<spdlog::logger> log_;
   std::function<bool()> cancelled_;
+  std::string nonce_;  // tells apart two agents with the same host and pid (containers)
 };
 
 /// Packs and unpacks the join counter: nodes in the high 32 bits, processes in the low 32.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dtrun/worker/error_file.h"
+#include "dtrun/worker/timer.h"
 #include "dtrun/worker/worker.h"
 #if DTRUN_WORKER_HAS_NCCL
 #include "dtrun/worker/communicator.h"
@@ -30,9 +31,16 @@ struct dtrun_worker {
 #endif
 };
 
+struct dtrun_timer {
+  std::optional<dtrun::worker::TimerClient> client;
+  std::string error;
+};
+
 namespace {
 
-int fail(dtrun_worker* w, int status, const char* what) {
+// Handles (dtrun_worker, dtrun_timer) keep the message of their last failure in `error`.
+template <class Handle>
+int fail(Handle* w, int status, const char* what) {
   if (w != nullptr) {
     try {
       w->error = what;
@@ -45,8 +53,8 @@ int fail(dtrun_worker* w, int status, const char* what) {
 
 // Runs `f`, turning each exception type into its status and keeping the message for
 // dtrun_worker_error. No exception crosses the C boundary.
-template <class F>
-int guarded(dtrun_worker* w, F&& f) {
+template <class Handle, class F>
+int guarded(Handle* w, F&& f) {
   if (w == nullptr) return DTRUN_ERR_CONFIG;
   try {
     f();
@@ -206,6 +214,40 @@ int dtrun_worker_record_error(dtrun_worker* w, const char* message) {
   }
   if (!written) return fail(w, DTRUN_ERR_OTHER, "cannot write TORCHELASTIC_ERROR_FILE");
   return DTRUN_OK;
+}
+
+int dtrun_timer_open(dtrun_timer** out, const char* path, int signal) {
+  if (out == nullptr) return DTRUN_ERR_CONFIG;
+  *out = new (std::nothrow) dtrun_timer();
+  if (*out == nullptr) return DTRUN_ERR_OTHER;
+  return guarded(*out, [&] {
+    (*out)->client.emplace(path != nullptr ? dtrun::worker::TimerClient(path, signal)
+                                           : dtrun::worker::TimerClient::fromEnvironment(signal));
+  });
+}
+
+void dtrun_timer_close(dtrun_timer* t) { delete t; }
+
+const char* dtrun_timer_error(const dtrun_timer* t) {
+  return t == nullptr ? "no dtrun_timer handle (out of memory?)" : t->error.c_str();
+}
+
+int dtrun_timer_acquire(dtrun_timer* t, const char* scope, double after_seconds) {
+  return guarded(t, [&] {
+    if (scope == nullptr) throw dtrun::ConfigError("timer acquire: scope is NULL");
+    if (!t->client) throw dtrun::ConfigError("the dtrun_timer handle did not open: " + t->error);
+    t->client->acquire(scope, std::chrono::system_clock::now() +
+                                  std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                      std::chrono::duration<double>(after_seconds)));
+  });
+}
+
+int dtrun_timer_release(dtrun_timer* t, const char* scope) {
+  return guarded(t, [&] {
+    if (scope == nullptr) throw dtrun::ConfigError("timer release: scope is NULL");
+    if (!t->client) throw dtrun::ConfigError("the dtrun_timer handle did not open: " + t->error);
+    t->client->release(scope);
+  });
 }
 
 #if DTRUN_WORKER_HAS_NCCL

@@ -442,10 +442,20 @@ TEST_CASE("ProcessFailure JSON round trip", "[agent][report]") {
                    .timestampMs = 1796012047123,
                    .message = "Traceback...\nValueError: \xc3\xa9",
                    .fromErrorFile = true,
-                   .stderrTail = {"a", "", "b\tc"}};
+                   .stderrTail = {"a", "", "b\tc"},
+                   .hang = std::nullopt};
   nlohmann::json j = f;
   auto text = j.dump();
   CHECK(nlohmann::json::parse(text).get<ProcessFailure>() == f);
+  CHECK_FALSE(j.contains("hang"));
+  f.hang = dtrun::agent::Hang{.kind = "timer",
+                              .scopeId = "step",
+                              .pid = 4243,
+                              .deadlineMs = 1796012046000,
+                              .overstayMs = 12,
+                              .signal = 9,
+                              .stacks = "Python stacks of pid 4243:\n  File \"t.py\""};
+  CHECK(nlohmann::json::parse(nlohmann::json(f).dump()).get<ProcessFailure>() == f);
   // An older record without the optional fields still loads.
   auto minimal =
       nlohmann::json::parse(R"({"localRank":0,"rank":1,"pid":2,"exitCode":3,"timestampMs":4})")
@@ -525,4 +535,58 @@ TEST_CASE("writeAgentErrorFile without a worker file records the report's text",
   REQUIRE(back);
   CHECK(back->document["message"]["message"] == "Signal 9 (SIGKILL) received by PID 8");
   CHECK(back->document["message"]["errorCode"] == -9);
+}
+
+TEST_CASE("a hang leads the report: what hung, the stderr tail, the Python stacks",
+          "[agent][report]") {
+  UtcZone utc;
+  auto f = buildProcessFailure({.localRank = 1,
+                                .rank = 5,
+                                .pid = 4242,
+                                .exitCode = -9,
+                                .host = "node-1",
+                                .errorFile = "",
+                                .observedAt = at(1796012048),
+                                .stderrTail = {"step 7", "loading shard 3"}});
+  f.hang = dtrun::agent::Hang{.kind = "timer",
+                              .scopeId = "train.py#42",
+                              .pid = 4250,
+                              .deadlineMs = 1796012047250,
+                              .overstayMs = 4,
+                              .signal = 9,
+                              .stacks = ""};
+  CHECK(dtrun::agent::describeHang(*f.hang) ==
+        "hung: timer \"train.py#42\" of pid 4250 passed its deadline 2026-11-30_04:14:07.250 by "
+        "0.004 s; dtrun sent SIGKILL to its process group");
+  CHECK(dtrun::agent::tracebackText(f) ==
+        dtrun::agent::describeHang(*f.hang) +
+            "\nSignal 9 (SIGKILL) received by PID 4242\nstep 7\nloading shard 3");
+  f.hang->stacks = "Python stacks of pid 4250:\n  File \"train.py\", line 9 in load";
+  auto report = formatFailureReport("train.py", {f});
+  CHECK(report.find("  traceback : hung: timer \"train.py#42\"") != std::string::npos);
+  CHECK(report.find("\n  loading shard 3\n  Python stacks of pid 4250:\n"
+                    "    File \"train.py\", line 9 in load\n====") != std::string::npos);
+
+  // A stall names the silence, and a timer without a signal says nothing was sent.
+  dtrun::agent::Hang stall{.kind = "stall",
+                           .scopeId = "",
+                           .pid = 0,
+                           .deadlineMs = 1796012047000,
+                           .overstayMs = 600000,
+                           .signal = 15,
+                           .stacks = ""};
+  CHECK(dtrun::agent::describeHang(stall) ==
+        "hung: no output and no timer activity from the worker group for 600.000 s (since "
+        "2026-11-30_04:14:07.000); dtrun sent SIGTERM to its process group");
+  stall.kind = "timer";
+  stall.signal = 0;
+  CHECK_THAT(dtrun::agent::describeHang(stall), Catch::EndsWith("; it asked for no signal"));
+
+  // The agent's own error file summarises the hang.
+  TempDir dir;
+  auto path = (dir.path() / "agent.json").string();
+  dtrun::agent::writeAgentErrorFile(path, f);
+  auto doc = nlohmann::json::parse(readFile(path));
+  CHECK(doc["message"]["message"] == dtrun::agent::describeHang(*f.hang));
+  CHECK(doc["message"]["errorCode"] == -9);
 }

@@ -514,3 +514,31 @@ TEST_CASE("lastLines and tailFile", "[agent][logs]") {
   CHECK(many.front().rfind("line number ", 0) == 0);  // starts on a whole line
   CHECK(many.size() < 40000);                         // only the last 256 KiB were read
 }
+
+TEST_CASE("LogForwarder says when a stream, and any stream, last had output", "[agent][logs]") {
+  boost::asio::io_context io(1);
+  LogForwarder fwd(io);
+  auto a = fwd.open(streamTo(-1, ""));
+  auto b = fwd.open(streamTo(-1, ""));
+  CHECK_FALSE(fwd.lastOutput());
+  CHECK_FALSE(fwd.lastOutput(a.id));
+  const auto before = std::chrono::steady_clock::now();
+  writeStr(a.writeEnd, "step 1\n");
+  REQUIRE(runUntil(io, [&] { return fwd.lastOutput(a.id).has_value(); }));
+  const auto first = *fwd.lastOutput(a.id);
+  CHECK(first >= before);
+  CHECK(fwd.lastOutput() == first);
+  CHECK_FALSE(fwd.lastOutput(b.id));  // b said nothing yet
+
+  // Output on the other stream moves the group's time, not a's.
+  writeStr(b.writeEnd, "partial line, no newline");
+  REQUIRE(runUntil(io, [&] { return fwd.lastOutput(b.id).has_value(); }));
+  CHECK(*fwd.lastOutput() >= *fwd.lastOutput(b.id));
+  CHECK(fwd.lastOutput(a.id) == first);
+
+  // Drained streams are forgotten; the group's last output stays.
+  auto last = fwd.lastOutput();
+  REQUIRE(drain(io, fwd, a.id));
+  CHECK_FALSE(fwd.lastOutput(a.id));
+  CHECK(fwd.lastOutput() == last);
+}

@@ -362,3 +362,178 @@ TEST_CASE("answers that come too late are ignored", "[agent][policy]") {
   CHECK(p.handle(event::JoinFailed{"late"}).empty());
   CHECK(p.round().round == 0);
 }
+
+namespace {
+
+Hang timerHang(int pid, int signo = SIGKILL) {
+  Hang h;
+  h.kind = "timer";
+  h.scopeId = "train.py#12";
+  h.pid = pid;
+  h.deadlineMs = 1796012047250;
+  h.overstayMs = 3;
+  h.signal = signo;
+  return h;
+}
+
+ProcessFailure failureOf(int localRank, int exitCode) {
+  ProcessFailure f;
+  f.localRank = localRank;
+  f.rank = localRank;
+  f.exitCode = exitCode;
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("a file-timer expiry kills the worker's group; its failure is reported as a hang",
+          "[agent][policy][hang]") {
+  Policy p(settings(), quiet());
+  runRound(p, roundOf(0));
+  auto expired = p.handle(event::TimerExpired{1, timerHang(4242)});
+  const auto kill = only<action::KillHung>(expired);
+  CHECK(kill.localRanks == std::vector<int>{1});
+  CHECK(kill.signo == SIGKILL);
+  CHECK_FALSE(kill.stacks);
+  CHECK(recorded(expired) == std::vector<std::string>{"worker_hung"});
+  CHECK(p.state() == State::kRunning);  // the kill's exit drives the rest
+
+  // The worker dies of it: the usual failure path, with the hang attached to the report.
+  auto died = p.handle(event::WorkerExited{1, killedBy(SIGKILL)});
+  CHECK(only<action::CollectFailure>(died).localRank == 1);
+  CHECK(has<action::StopWorkers>(died));
+  const auto report =
+      only<action::ReportFailure>(p.handle(event::FailureCollected{failureOf(1, -9)}));
+  REQUIRE(report.failure.hang);
+  CHECK(*report.failure.hang == timerHang(4242));
+  // The next round starts clean: a later failure of local rank 1 is no hang.
+  p.handle(event::WorkersStopped{});
+  JobState next = stateOf(1);
+  p.handle(event::StateRead{next});
+  runRound(p, roundOf(1));
+  p.handle(event::WorkerExited{1, exitCode(2)});
+  CHECK_FALSE(
+      only<action::ReportFailure>(p.handle(event::FailureCollected{failureOf(1, 2)})).failure.hang);
+}
+
+TEST_CASE("hang stacks: asked for before the kill, they land in the report",
+          "[agent][policy][hang]") {
+  auto s = settings();
+  s.dumpStacks = true;
+  Policy p(s, quiet());
+  runRound(p, roundOf(0));
+  const auto kill = only<action::KillHung>(p.handle(event::TimerExpired{0, timerHang(77)}));
+  CHECK(kill.stacks);
+  CHECK(kill.stackPids == std::vector<int>{77});
+  CHECK(p.handle(event::StacksCollected{{0}, "Python stacks of pid 77:\n  File \"t.py\""}).empty());
+  p.handle(event::WorkerExited{0, killedBy(SIGKILL)});
+  const auto report =
+      only<action::ReportFailure>(p.handle(event::FailureCollected{failureOf(0, -9)}));
+  REQUIRE(report.failure.hang);
+  CHECK_THAT(report.failure.hang->stacks, Catch::Contains("pid 77"));
+}
+
+TEST_CASE("a timer without a signal is only recorded; a late expiry is ignored",
+          "[agent][policy][hang]") {
+  Policy p(settings(), quiet());
+  runRound(p, roundOf(0));
+  auto watched = p.handle(event::TimerExpired{0, timerHang(5, 0)});
+  CHECK_FALSE(has<action::KillHung>(watched));
+  CHECK(recorded(watched) == std::vector<std::string>{"timer_expired"});
+  CHECK(p.state() == State::kRunning);
+  p.handle(event::WorkerExited{0, exitCode(1)});  // stopping now
+  CHECK(p.handle(event::TimerExpired{1, timerHang(6)}).empty());
+}
+
+TEST_CASE("a stalled group: every worker killed, the report says it stalled",
+          "[agent][policy][hang]") {
+  Policy p(settings(3), quiet());
+  runRound(p, roundOf(0, 0, 1, 3));
+  auto stalled = p.handle(event::Stalled{1796012047000, std::chrono::milliseconds(600000)});
+  const auto kill = only<action::KillHung>(stalled);
+  CHECK(kill.localRanks == std::vector<int>{0, 1, 2});
+  CHECK(kill.signo == SIGKILL);
+  CHECK(recorded(stalled) == std::vector<std::string>{"worker_group_stalled"});
+  p.handle(event::WorkerExited{2, killedBy(SIGKILL)});
+  const auto report =
+      only<action::ReportFailure>(p.handle(event::FailureCollected{failureOf(2, -9)}));
+  REQUIRE(report.failure.hang);
+  CHECK(report.failure.hang->kind == "stall");
+  CHECK(report.failure.hang->overstayMs == 600000);
+  // Not running any more: a second stall signal means nothing.
+  CHECK(p.handle(event::Stalled{0, std::chrono::milliseconds(1)}).empty());
+}
+
+TEST_CASE("a group that succeeded is final: a node gone does not restart it",
+          "[agent][policy][done]") {
+  auto s = settings(2, 2);
+  s.exitBarrierTimeout = std::chrono::seconds(40);
+  Policy p(s, quiet());
+  runRound(p, roundOf(0, 0, 2));
+  p.handle(event::WorkerExited{0, exitCode(0)});
+  p.handle(event::WorkerExited{1, exitCode(0)});
+  REQUIRE(p.state() == State::kDoneWaiting);
+  // The other node's lease lapsed: no advance, a bounded wait instead, once.
+  JobState gone = stateOf(0);
+  gone.gone = 1;
+  gone.done = 1;
+  p.handle(event::JobChanged{});
+  auto waiting = p.handle(event::StateRead{gone});
+  CHECK_FALSE(has<action::Advance>(waiting));
+  CHECK(only<action::StartExitBarrier>(waiting).after == std::chrono::seconds(40));
+  p.handle(event::JobChanged{});
+  CHECK(p.handle(event::StateRead{gone}).empty());
+  SECTION("the other node reports after all (resumed): exit 0") {
+    JobState both = gone;
+    both.done = 2;
+    p.handle(event::JobChanged{});
+    CHECK(only<action::Finish>(p.handle(event::StateRead{both})).code == 0);
+  }
+  SECTION("it never does: exit 0 when the wait ends, this node's workers never restarted") {
+    auto end = p.handle(event::ExitBarrierExpired{});
+    CHECK(only<action::Finish>(end).code == 0);
+    CHECK_FALSE(has<action::Join>(end));
+  }
+  SECTION("the job is lost meanwhile: exit 0, what this node knows") {
+    auto lost = p.handle(event::JobLost{"store gone"});
+    CHECK(has<action::CloseJob>(lost));
+    CHECK_FALSE(has<action::StopWorkers>(lost));
+    CHECK(only<action::Finish>(lost).code == 0);
+  }
+  SECTION("the round moved on anyway (a race): not rejoined") {
+    p.handle(event::JobChanged{});
+    auto moved = p.handle(event::StateRead{stateOf(1)});
+    CHECK_FALSE(has<action::Join>(moved));
+    CHECK(only<action::Finish>(moved).code == 0);
+  }
+  SECTION("the job failed elsewhere: the report, exit 1") {
+    JobState final = gone;
+    final.final = R"({"reason":"failed_after_success","round":0})";
+    p.handle(event::JobChanged{});
+    CHECK(has<action::StopWorkers>(p.handle(event::StateRead{final})));
+    CHECK(only<action::ReadFailures>(p.handle(event::WorkersStopped{})).round == 0);
+  }
+}
+
+TEST_CASE("a round some node finished is not restarted for a member that left",
+          "[agent][policy][done]") {
+  Policy p(settings(2, 3), quiet());
+  runRound(p, roundOf(0, 0, 3));
+  JobState s = stateOf(0);
+  s.gone = 1;
+  s.done = 1;
+  p.handle(event::JobChanged{});
+  CHECK(p.handle(event::StateRead{s}).empty());
+  CHECK(p.state() == State::kRunning);
+}
+
+TEST_CASE("a node that lost the job after its workers succeeded exits 0", "[agent][policy][done]") {
+  // Resumed after a long stop: the heartbeat has failed, and the workers exited 0 meanwhile;
+  // the job's loss may be seen before their exits.
+  Policy p(settings(), quiet());
+  runRound(p, roundOf(0));
+  CHECK(has<action::StopWorkers>(p.handle(event::JobLost{"dropped after 15 s of silence"})));
+  p.handle(event::WorkerExited{0, exitCode(0)});
+  p.handle(event::WorkerExited{1, exitCode(0)});
+  CHECK(only<action::Finish>(p.handle(event::WorkersStopped{})).code == 0);
+}

@@ -403,8 +403,9 @@ def progress_lines_and_join_timeout(job):
         rc = a.wait(7 + EXIT_BOUND_S)
         err = a.stderr()
         check(rc == 1, f"agent {a.index} exited {rc}, expected 1")
-        check(re.search(r"waiting for nodes in round 0: [12] joined \(min 3, max 3\); \d+ s left",
-                        err), f"agent {a.index} printed no progress line:\n{err}")
+        check(re.search(r"round 0 is waiting for nodes until \S+ \(in \d+ s\) \(join timeout\): "
+                        r"[12] came \(min 3, max 3\).*; [12] more for the minimum of 3", err),
+              f"agent {a.index} printed no progress line:\n{err}")
         m = re.search(r"timed out after 7 s with (\d) node\(s\) of min 3, max 3: (.*)", err)
         check(m, f"agent {a.index} printed no join-timeout error:\n{err}")
         for other in agents:
@@ -464,6 +465,48 @@ def many_restarts_report_true_exit_codes(job):
     _all_exit(job, agents, 0)
 
 
+def _stop_b_after_round0(job, barrier_s):
+    """2 agents x 2 workers (--nnodes 1:2); the second is SIGSTOPped while its workers run, then
+    every worker finishes (exit 0), the stopped agent's too. Returns (a, b)."""
+    job.start_store()
+    agents = [job.start_agent("1:2", extra=["--exit-barrier-timeout", str(barrier_s)])
+              for _ in range(2)]
+    groups = check_round(job.wait_round(0, 4), 0, nodes=2, world=4)
+    b = next(x for x in agents if x.pid == groups[1])
+    a = next(x for x in agents if x is not b)
+    job.fault("stop-agent", "--pid", str(b.pid))
+    job.finish()
+    return a, b
+
+
+def stopped_after_success_no_rerun(job):
+    """The fault soak of issue 12: agent B stops answering after its workers finished (SIGSTOP;
+    its lease lapses after 0.6 s here). Every worker exits 0. A's group succeeded, so A must not
+    open a new round and run the finished script again as world 2: it waits, bounded, for the
+    outcome. B resumed: its workers had succeeded, so B exits 0, and A learns it and exits 0."""
+    a, b = _stop_b_after_round0(job, 120)
+    poll(lambda: "stopped answering after this node's workers succeeded" in a.stderr(), 30,
+         "A to notice B's silence after its own success")
+    check(a.running(), "A left before the outcome was known")
+    t = job.fault("cont-agent", "--pid", str(b.pid))["ts"]
+    _all_exit(job, [a, b], 0)
+    log(f"MEASURED both agents exited 0 {time.time() - t:.2f} s after B's SIGCONT")
+    check(not job.records(1), "a new round ran the finished script again")
+
+
+def stopped_after_success_bounded_wait(job):
+    """The same, with B still stopped when --exit-barrier-timeout (2 s) passes: A exits 0 (its
+    workers succeeded; the others' outcome is unknown) and never restarts; B, resumed later,
+    exits 0 too: each node says what it knows."""
+    a, b = _stop_b_after_round0(job, 2)
+    rc = a.wait(30)
+    check(rc == 0, f"A exited {rc}, expected 0\n{a.stderr()[-2000:]}")
+    check("outcome is still unknown" in a.stderr(), "A did not say the others' outcome is unknown")
+    job.fault("cont-agent", "--pid", str(b.pid))
+    _all_exit(job, [b], 0)
+    check(not job.records(1), "a new round ran the finished script again")
+
+
 CASES = {f.__name__: f for f in [
     worker_failure_restarts_everywhere,
     max_restarts_exhausted_job_wide,
@@ -482,6 +525,8 @@ CASES = {f.__name__: f for f in [
     static_backend_three_nodes,
     static_backend_node_replaced,
     progress_lines_and_join_timeout,
+    stopped_after_success_no_rerun,
+    stopped_after_success_bounded_wait,
 ]}
 
 if __name__ == "__main__":

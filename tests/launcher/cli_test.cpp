@@ -224,6 +224,10 @@ std::vector<Case> everyOption() {
       {"event_log", "/tmp/ev.jsonl", [](auto& c) { return c.eventLog == "/tmp/ev.jsonl"; }},
       {"log_line_prefix_template", "[${rank}]",
        [](auto& c) { return c.logLinePrefixTemplate == "[${rank}]"; }},
+      {"file_timer", "", [](auto& c) { return c.fileTimer; }},
+      {"stall_timeout", "2.5", [](auto& c) { return c.stallTimeout == 2500ms; }},
+      {"dump_stacks", "", [](auto& c) { return c.dumpStacks; }},
+      {"exit_barrier_timeout", "7", [](auto& c) { return c.exitBarrierTimeout == 7s; }},
       {"log_level", "debug", [](auto& c) { return c.logLevel == "debug"; }},
   };
 }
@@ -268,6 +272,10 @@ TEST_CASE("PET_ variables stand in for options, and the command line wins", "[la
     if (c.dest == "event_log") var = "DTRUN_EVENT_LOG";
     if (c.dest == "log_line_prefix_template") var = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE";
     if (c.dest == "log_level") var = "DTRUN_LOG_LEVEL";
+    if (c.dest == "file_timer") var = "DTRUN_FILE_TIMER";
+    if (c.dest == "stall_timeout") var = "DTRUN_STALL_TIMEOUT";
+    if (c.dest == "dump_stacks") var = "DTRUN_DUMP_STACKS";
+    if (c.dest == "exit_barrier_timeout") var = "DTRUN_EXIT_BARRIER_TIMEOUT";
     INFO(var);
     auto cfg = parse({"train.py"}, {{var, c.value.empty() ? "1" : c.value}});
     CHECK(c.landed(cfg));
@@ -333,7 +341,7 @@ TEST_CASE("unique prefixes abbreviate, and a prefix of several options is an err
         "ambiguous option: --rdzv could match --rdzv-backend, --rdzv-endpoint, --rdzv-id, "
         "--rdzv-conf");
   CHECK(usageError({"--st=1", "train.py"}) ==
-        "ambiguous option: --st=1 could match --standalone, --start-method");
+        "ambiguous option: --st=1 could match --standalone, --start-method, --stall-timeout");
   CHECK_THAT(usageError({"--no", "train.py"}),
              Contains("--no-python") && Contains("--node-rank") && Contains("--no-agent-store"));
   CHECK_THAT(usageError({"--dup", "x", "train.py"}),
@@ -1131,4 +1139,29 @@ TEST_CASE("nproc-per-node gpu, xpu, auto count as torchrun 2.x does", "[launcher
   CHECK(nproc(none, "auto") == 16);
   CHECK_THROWS_WITH(nproc(amd, "xpu"), StartsWith("--nproc-per-node: xpu: no Intel XPU found"));
   CHECK_THROWS_WITH(nproc(intel, "gpu"), StartsWith("--nproc-per-node: gpu: no GPU found"));
+}
+
+TEST_CASE("hang options: torchrun's file-timer variables, stalls, stacks", "[launcher][cli]") {
+  auto off = parse({"train.py"});
+  CHECK_FALSE(off.fileTimer);
+  CHECK_FALSE(off.stallTimeout);
+  CHECK_FALSE(off.dumpStacks);
+  CHECK(off.exitBarrierTimeout == 300s);
+  // TORCHELASTIC_ENABLE_FILE_TIMER: exactly "1" turns it on, as in torchrun; the path comes from
+  // TORCHELASTIC_TIMER_FILE, which workers also see unchanged.
+  auto on = parse({"train.py"}, {{"TORCHELASTIC_ENABLE_FILE_TIMER", "1"},
+                                 {"TORCHELASTIC_TIMER_FILE", "/tmp/wd"}});
+  CHECK(on.fileTimer);
+  CHECK(on.timerFile == "/tmp/wd");
+  CHECK_FALSE(parse({"train.py"}, {{"TORCHELASTIC_ENABLE_FILE_TIMER", "true"}}).fileTimer);
+  CHECK_FALSE(parse({"train.py"}, {{"TORCHELASTIC_ENABLE_FILE_TIMER", "0"}}).fileTimer);
+  CHECK(parse({"--file-timer", "train.py"}).timerFile.empty());
+  CHECK_THAT(usageError({"--stall-timeout", "0", "train.py"}), StartsWith("--stall-timeout"));
+  CHECK_THAT(usageError({"--stall-timeout", "soon", "train.py"}), StartsWith("--stall-timeout"));
+  CHECK(parse({"--exit-barrier-timeout", "0", "train.py"}).exitBarrierTimeout == 0s);
+  // Stacks of what? Said once, not an error.
+  auto lonely = parse({"--dump-stacks", "train.py"});
+  REQUIRE(lonely.warnings.size() == 1);
+  CHECK_THAT(lonely.warnings[0], Contains("--dump-stacks does nothing"));
+  CHECK(parse({"--dump-stacks", "--stall-timeout", "60", "train.py"}).warnings.empty());
 }

@@ -3,6 +3,7 @@
 // operation, so joins, closes and reads interleave differently in every trial.
 #include "rendezvous/dynamic_rendezvous.h"
 
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/null_sink.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include "tests/support/test_support.h"
 
 using namespace dtrun::rendezvous;
+using dtrun::test::pollUntil;
 using namespace std::chrono_literals;
 
 namespace {
@@ -28,72 +30,93 @@ std::shared_ptr<spdlog::logger> quiet() {
   return std::make_shared<spdlog::logger>("rdzv", std::make_shared<spdlog::sinks::null_sink_mt>());
 }
 
-// Passes every call to the real store after a random pause (0-300 us) or a yield.
-class ChaosStore : public Store {
+// Passes every call to the real store after calling `before()`, which may pause (chaos) or
+// throw (a connection that died).
+class HookStore : public Store {
  public:
-  ChaosStore(std::shared_ptr<Store> base, unsigned seed) : base_(std::move(base)), rng_(seed) {}
+  HookStore(std::shared_ptr<Store> base, std::function<void()> before)
+      : base_(std::move(base)), before_(std::move(before)) {}
 
   void set(const std::string& k, const Bytes& v) override {
-    jitter();
+    before_();
     base_->set(k, v);
   }
   Bytes get(const std::string& k, std::chrono::milliseconds t) override {
-    jitter();
+    before_();
     return base_->get(k, t);
   }
   std::int64_t add(const std::string& k, std::int64_t d) override {
-    jitter();
+    before_();
     return base_->add(k, d);
   }
   Bytes compareSet(const std::string& k, const Bytes& e, const Bytes& d) override {
-    jitter();
+    before_();
     return base_->compareSet(k, e, d);
   }
   bool check(const std::vector<std::string>& k) override {
-    jitter();
+    before_();
     return base_->check(k);
   }
   void wait(const std::vector<std::string>& k, std::chrono::milliseconds t) override {
-    jitter();
+    before_();
     base_->wait(k, t);
   }
   bool deleteKey(const std::string& k) override {
-    jitter();
+    before_();
     return base_->deleteKey(k);
   }
   std::int64_t numKeys() override { return base_->numKeys(); }
   void append(const std::string& k, const Bytes& v) override {
-    jitter();
+    before_();
     base_->append(k, v);
   }
   std::vector<Bytes> multiGet(const std::vector<std::string>& k,
                               std::chrono::milliseconds t) override {
-    jitter();
+    before_();
     return base_->multiGet(k, t);
   }
   void multiSet(const std::vector<std::string>& k, const std::vector<Bytes>& v) override {
-    jitter();
+    before_();
     base_->multiSet(k, v);
   }
   Bytes waitChange(const std::string& k, const Bytes& o, std::chrono::milliseconds t) override {
-    jitter();
+    before_();
     return base_->waitChange(k, o, t);
   }
 
  private:
-  void jitter() {
-    unsigned r;
+  std::shared_ptr<Store> base_;
+  std::function<void()> before_;
+};
+
+// A random pause (0-300 us) or a yield before every call.
+std::shared_ptr<Store> chaosStore(std::shared_ptr<Store> base, unsigned seed) {
+  auto state = std::make_shared<std::pair<std::mutex, std::minstd_rand>>();
+  state->second.seed(seed);
+  return std::make_shared<HookStore>(std::move(base), [state] {
+    unsigned r, pause;
     {
-      std::lock_guard lock(mutex_);
-      r = rng_() % 4;
+      std::lock_guard lock(state->first);
+      r = state->second() % 4;
+      pause = state->second() % 300;
     }
     if (r == 0) std::this_thread::yield();
-    if (r == 1) std::this_thread::sleep_for(std::chrono::microseconds(rng_() % 300));
-  }
-  std::shared_ptr<Store> base_;
-  std::mutex mutex_;
-  std::minstd_rand rng_;
-};
+    if (r == 1) std::this_thread::sleep_for(std::chrono::microseconds(pause));
+  });
+}
+
+// A connection that dies (every call throws) after `limit` calls: an agent killed at any point
+// of a protocol step. `*died` says whether it did.
+std::shared_ptr<Store> dyingStore(std::shared_ptr<Store> base, int limit,
+                                  std::shared_ptr<bool> died) {
+  auto left = std::make_shared<int>(limit);
+  return std::make_shared<HookStore>(std::move(base), [left, died] {
+    if (--*left < 0) {
+      *died = true;
+      throw dtrun::ConnectionError("connection closed: the agent died");
+    }
+  });
+}
 
 struct Node {
   NodeInfo info;
@@ -110,7 +133,7 @@ Node makeNode(const std::shared_ptr<Store>& shared, int id, int nproc, Rendezvou
   n.info.pid = 1000 + id;
   n.info.nproc = nproc;
   std::shared_ptr<Store> view = shared;
-  if (seed != 0) view = std::make_shared<ChaosStore>(shared, seed);
+  if (seed != 0) view = chaosStore(shared, seed);
   n.store = std::make_shared<PrefixStore>("dtrun/job", view);
   n.rdzv = std::make_unique<DynamicRendezvous>(n.store, n.info, s, nullptr, quiet());
   return n;
@@ -227,7 +250,7 @@ TEST_CASE("rendezvous: a node past max waits for the next round, which the other
   RoundInfo lateInfo;
   std::thread t([&] { lateInfo = late.rdzv->join(); });
   auto& probe = first[0];
-  REQUIRE(dtrun::test::pollUntil([&] { return probe.rdzv->state(0).waiting == 1; }));
+  REQUIRE(pollUntil([&] { return probe.rdzv->state(0).waiting == 1; }));
   // The group is full (max 2), so no restart for the late node; now node 1 dies.
   probe.store->add(DynamicRendezvous::goneKey(0), 1);
   auto s = probe.rdzv->state(0);
@@ -331,4 +354,200 @@ TEST_CASE("rendezvous: two static nodes with the same --node-rank are refused", 
   std::vector<Node> nodes;
   for (int i = 0; i < 2; ++i) nodes.push_back(makeNode(shared, i, 1, s, 0));
   CHECK_THROWS_WITH(joinAll(nodes), Catch::Contains("--node-rank 0 is also used by"));
+}
+
+TEST_CASE("rendezvous: a node that dies half-way through ending a round stalls nobody", "[rdzv]") {
+  // The node that decides a round's end may die after any of its store operations. The others
+  // ask too once its connection closes (its `gone` bump): whoever asks next finishes the same
+  // steps, the restart counts once, and the survivors meet in the next round.
+  int claimedCuts = 0;
+  for (int cut = 1; cut <= 17; ++cut) {
+    INFO("the deciding node dies after " << cut << " store operation(s)");
+    auto shared = std::make_shared<InMemoryStore>();
+    std::vector<Node> nodes;
+    for (int i = 0; i < 3; ++i) nodes.push_back(makeNode(shared, i, 1, settings(2, 3), 0));
+    joinAll(nodes);
+    auto died = std::make_shared<bool>(false);
+    DynamicRendezvous doomed(
+        std::make_shared<PrefixStore>("dtrun/job", dyingStore(shared, cut, died)), nodes[0].info,
+        settings(2, 3), nullptr, quiet());
+    nodes[0].rdzv->reportFailure(0, R"({"rank":0})");
+    bool decided = false;
+    try {
+      decided = doomed.advance(0, AdvanceReason::kFailure, 5);
+    } catch (const dtrun::ConnectionError&) {
+    }
+    CHECK(*died == !decided);  // it either died or got through every step
+    // Did it die after its claim? Then its reason (a failure) stands.
+    const auto claimKey = DynamicRendezvous::roundKey(0, "advance");
+    const bool claimed = nodes[1].store->check({claimKey});
+    nodes[1].store->add(DynamicRendezvous::goneKey(0), 1);  // what its closing connection does
+    // The survivors see a member gone and ask to end the round, as their agents do.
+    CHECK(nodes[1].rdzv->advance(0, AdvanceReason::kMembership, 5) == !claimed);
+    CHECK_FALSE(nodes[2].rdzv->advance(0, AdvanceReason::kMembership, 5));
+    auto s = nodes[1].rdzv->state(0);
+    CHECK(s.round == 1);
+    CHECK(s.restarts == (claimed ? 1 : 0));  // the dead node's failure, counted once
+    CHECK_FALSE(s.final);
+    CHECK(nodes[1].store->get(DynamicRendezvous::roundKey(1, "opened"), 1s) ==
+          (claimed ? "failure" : "membership"));
+    std::vector<Node> survivors;
+    survivors.push_back(std::move(nodes[1]));
+    survivors.push_back(std::move(nodes[2]));
+    auto round1 = joinAll(survivors);
+    checkRound(round1, {1, 1});
+    CHECK(round1[0].round == 1);
+    claimedCuts += claimed && *died;
+  }
+  CHECK(claimedCuts >= 10);  // every step after the claim was a place to die
+}
+
+TEST_CASE("rendezvous: a late call to end an old round changes nothing", "[rdzv]") {
+  auto shared = std::make_shared<InMemoryStore>();
+  std::vector<Node> nodes;
+  for (int i = 0; i < 2; ++i) nodes.push_back(makeNode(shared, i, 1, settings(2, 2), 0));
+  joinAll(nodes);
+  CHECK(nodes[0].rdzv->advance(0, AdvanceReason::kFailure, 5));
+  joinAll(nodes);
+  CHECK(nodes[0].rdzv->advance(1, AdvanceReason::kFailure, 5));
+  auto s = nodes[0].rdzv->state(1);
+  REQUIRE(s.round == 2);
+  REQUIRE(s.restarts == 2);
+  // A node resumed after a long stop helps end round 0 again: no step moves anything back.
+  CHECK_FALSE(nodes[1].rdzv->advance(0, AdvanceReason::kFailure, 5));
+  CHECK_FALSE(nodes[1].rdzv->advance(0, AdvanceReason::kMembership, 5));
+  s = nodes[0].rdzv->state(2);
+  CHECK(s.round == 2);
+  CHECK(s.restarts == 2);
+  CHECK_FALSE(s.final);
+}
+
+namespace {
+
+// Log lines of one node, readable from the test thread while the node's thread writes them.
+class CaptureSink : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  std::string text() {
+    std::lock_guard lock(mutex_);
+    return text_;
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    text_.append(msg.payload.data(), msg.payload.size());
+    text_ += '\n';
+  }
+  void flush_() override {}
+
+ private:
+  std::string text_;
+};
+
+struct Chatty {
+  std::shared_ptr<CaptureSink> sink = std::make_shared<CaptureSink>();
+  std::shared_ptr<spdlog::logger> log = std::make_shared<spdlog::logger>("rdzv", sink);
+  std::string lines() { return sink->text(); }
+};
+
+}  // namespace
+
+TEST_CASE("rendezvous: a waiting node says who came, who is missing, and until when", "[rdzv]") {
+  auto shared = std::make_shared<InMemoryStore>();
+  auto s = settings(3, 3);
+  s.progressInterval = 20ms;
+  Chatty chat;
+  std::vector<Node> nodes;
+  for (int i = 0; i < 3; ++i) nodes.push_back(makeNode(shared, i, 1, s, 0));
+  Node watcher = makeNode(shared, 0, 1, s, 0);
+  watcher.rdzv =
+      std::make_unique<DynamicRendezvous>(watcher.store, watcher.info, s, nullptr, chat.log);
+  // Round 0: node0 (the one that talks) and node1 wait for a third.
+  std::thread t1([&] { nodes[1].rdzv->join(); });
+  std::thread t0([&] { watcher.rdzv->join(); });
+  REQUIRE(pollUntil([&] { return chat.lines().find("2 came") != std::string::npos; }));
+  nodes[2].rdzv->join();
+  t0.join();
+  t1.join();
+  std::string line = chat.lines();
+  CHECK_THAT(line, Catch::Contains("round 0 is waiting for nodes until "));
+  CHECK_THAT(line, Catch::Contains("(join timeout): 2 came (min 3, max 3)"));
+  CHECK_THAT(line, Catch::Contains("node1 (pid 1001)"));
+  CHECK_THAT(line, Catch::Contains("1 more for the minimum of 3"));
+
+  // Round 1 after a membership change: the node that has not come back is named.
+  auto s2 = settings(2, 3);
+  s2.progressInterval = 20ms;
+  s2.lastCallTimeout = 60s;
+  Chatty chat2;
+  auto shared2 = std::make_shared<InMemoryStore>();
+  std::vector<Node> group;
+  for (int i = 0; i < 3; ++i) group.push_back(makeNode(shared2, i, 1, s2, 0));
+  joinAll(group);
+  CHECK(group[0].rdzv->advance(0, AdvanceReason::kMembership, 0));
+  DynamicRendezvous talker(group[0].store, group[0].info, s2, nullptr, chat2.log);
+  std::thread a([&] { talker.join(); });
+  std::thread b([&] { group[1].rdzv->join(); });
+  REQUIRE(pollUntil([&] { return chat2.lines().find("missing") != std::string::npos; }));
+  group[2].rdzv->join();  // max reached: the round closes at once
+  a.join();
+  b.join();
+  line = chat2.lines();
+  CHECK_THAT(line, Catch::Contains("missing: node2 (pid 1002) from round 0"));
+  CHECK_THAT(line, Catch::Contains("(last call) unless 1 more come first"));
+
+  // Static: the missing node ranks.
+  auto s3 = settings(2, 2);
+  s3.progressInterval = 20ms;
+  s3.fixedRank = 1;
+  Chatty chat3;
+  auto shared3 = std::make_shared<InMemoryStore>();
+  Node n1 = makeNode(shared3, 1, 1, s3, 0);
+  n1.rdzv = std::make_unique<DynamicRendezvous>(n1.store, n1.info, s3, nullptr, chat3.log);
+  std::thread c([&] { n1.rdzv->join(); });
+  REQUIRE(pollUntil([&] { return chat3.lines().find("missing") != std::string::npos; }));
+  s3.fixedRank = 0;
+  Node n0 = makeNode(shared3, 0, 1, s3, 0);
+  n0.rdzv->join();
+  c.join();
+  CHECK_THAT(chat3.lines(), Catch::Contains("missing: --node-rank 0;"));
+}
+
+TEST_CASE("rendezvous: a node too late for a full round says what it waits for", "[rdzv]") {
+  auto shared = std::make_shared<InMemoryStore>();
+  auto s = settings(1, 1);
+  s.progressInterval = 20ms;
+  Node first = makeNode(shared, 0, 1, s, 0);
+  first.rdzv->join();
+  Chatty chat;
+  Node late = makeNode(shared, 1, 1, s, 0);
+  late.rdzv = std::make_unique<DynamicRendezvous>(late.store, late.info, s, nullptr, chat.log);
+  std::thread t([&] { late.rdzv->join(); });
+  REQUIRE(pollUntil([&] { return chat.lines().find("for round 1 to open") != std::string::npos; }));
+  CHECK_THAT(chat.lines(), Catch::Contains("round 0 runs without this node (1 node(s), max 1)"));
+  // The running node leaves: round 1 opens and the late node is in it.
+  first.store->add(DynamicRendezvous::goneKey(0), 1);
+  CHECK(first.rdzv->advance(0, AdvanceReason::kMembership, 0));
+  t.join();
+}
+
+TEST_CASE("rendezvous: a round some node finished never restarts", "[rdzv]") {
+  auto shared = std::make_shared<InMemoryStore>();
+  std::vector<Node> nodes;
+  for (int i = 0; i < 3; ++i) nodes.push_back(makeNode(shared, i, 1, settings(2, 3), 0));
+  joinAll(nodes);
+  CHECK(nodes[0].rdzv->markDone(0, 3) == 1);
+  // A member leaves: nothing ends (the others' workers go on).
+  nodes[1].store->add(DynamicRendezvous::goneKey(0), 1);
+  CHECK_FALSE(nodes[2].rdzv->advance(0, AdvanceReason::kMembership, 5));
+  auto s = nodes[2].rdzv->state(0);
+  CHECK(s.round == 0);
+  CHECK_FALSE(s.final);
+  // A failure now ends the job instead of running node 0's finished script again.
+  nodes[2].rdzv->reportFailure(0, R"({"rank":2})");
+  CHECK(nodes[2].rdzv->advance(0, AdvanceReason::kFailure, 5));
+  s = nodes[0].rdzv->state(0);
+  CHECK(s.round == 0);
+  REQUIRE(s.final);
+  CHECK_THAT(*s.final, Catch::Contains("failed_after_success"));
+  CHECK(s.restarts == 0);
 }

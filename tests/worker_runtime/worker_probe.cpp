@@ -5,6 +5,7 @@
 //   worker_probe env | store ROUNDS | barrier | nccl-id | nccl-group NAME | nccl-fetch KEY
 //                | nccl-comm
 //                | abort-wait SECONDS | record-error MESSAGE | c-api | restart-demo
+//                | timer DEADLINE WORK [--c-api] [--hang-on-round R]
 #include <signal.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 
 #include "dtrun/worker/c_api.h"
 #include "dtrun/worker/error_file.h"
+#include "dtrun/worker/timer.h"
 #include "dtrun/worker/worker.h"
 #if DTRUN_WORKER_HAS_NCCL
 #include "dtrun/worker/communicator.h"
@@ -204,9 +206,59 @@ int modeRestartDemo(Worker& w) {
   return 1;
 }
 
+// One step under a deadline of DEADLINE seconds on the launcher's file timer (C++ TimerScope, or
+// the C API with --c-api) that takes WORK seconds, or hangs when WORK < 0 or when this is round
+// R of --hang-on-round. Needs no store: only TORCHELASTIC_TIMER_FILE.
+int modeTimer(int argc, char** argv) {
+  if (argc < 4) {
+    say("usage: worker_probe timer DEADLINE WORK [--c-api] [--hang-on-round R]");
+    return 64;
+  }
+  const double deadline = std::atof(argv[2]);
+  const double work = std::atof(argv[3]);
+  bool cApi = false;
+  int hangRound = -1;
+  for (int i = 4; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--c-api") == 0) cApi = true;
+    if (std::strcmp(argv[i], "--hang-on-round") == 0 && i + 1 < argc) {
+      hangRound = std::atoi(argv[++i]);
+    }
+  }
+  const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  const int round = restart ? std::atoi(restart) : 0;
+  const bool hang = work < 0 || round == hangRound;
+  auto step = [&] {
+    say("timer armed pid " + std::to_string(::getpid()) + " round " + std::to_string(round) +
+        (hang ? " (hanging)" : ""));
+    if (hang) {
+      for (;;) ::pause();
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(work));
+  };
+  if (cApi) {
+    dtrun_timer* t = nullptr;
+    if (dtrun_timer_open(&t, nullptr, SIGKILL) != DTRUN_OK ||
+        dtrun_timer_acquire(t, "probe-step", deadline) != DTRUN_OK) {
+      say(std::string("timer error: ") + dtrun_timer_error(t));
+      dtrun_timer_close(t);
+      return 3;
+    }
+    step();
+    int rc = dtrun_timer_release(t, "probe-step");
+    dtrun_timer_close(t);
+    if (rc != DTRUN_OK) return 3;
+  } else {
+    dtrun::worker::TimerScope scope("probe-step", std::chrono::duration<double>(deadline));
+    step();
+  }
+  say("timer released round " + std::to_string(round));
+  return 0;
+}
+
 int run(int argc, char** argv, std::string* errorFile) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "c-api") return modeCApi();
+  if (mode == "timer") return modeTimer(argc, argv);
   if (mode == "record-error") {
     // Records whatever it can: the environment may be the thing that is broken.
     std::string message = argc > 2 ? argv[2] : "worker_probe failure";

@@ -85,6 +85,34 @@ const char* dtrun_worker_abort_reason(const dtrun_worker* w);
  *  failed. */
 int dtrun_worker_record_error(dtrun_worker* w, const char* message);
 
+/* Deadlines on the launcher's file timer (torch's FileTimerClient protocol; see timer.h). A
+ * dtrun_timer needs no store and no dtrun_worker handle:
+ *
+ *   dtrun_timer* t = NULL;
+ *   if (dtrun_timer_open(&t, NULL, 9) != DTRUN_OK) { ... dtrun_timer_error(t) ... }
+ *   dtrun_timer_acquire(t, "step", 60.0);
+ *   step();
+ *   dtrun_timer_release(t, "step");
+ *   dtrun_timer_close(t);
+ *
+ * A handle is used by one thread at a time. */
+typedef struct dtrun_timer dtrun_timer;
+
+/** A client of the FIFO at `path` (NULL: TORCHELASTIC_TIMER_FILE; DTRUN_ERR_CONFIG when unset).
+ *  `signal` is what the launcher sends when a deadline passes (9, SIGKILL, is torch's default;
+ *  <= 0: report the hang only). *out is set even on failure; close it in both cases. */
+int dtrun_timer_open(dtrun_timer** out, const char* path, int signal);
+/** Frees the handle (armed scopes stay armed). NULL is ignored. */
+void dtrun_timer_close(dtrun_timer* t);
+/** The message of the last failed call on this handle ("" if none). */
+const char* dtrun_timer_error(const dtrun_timer* t);
+/** Arms (or re-arms) `scope` of this process to expire `after_seconds` from now. Never waits for
+ *  the launcher: DTRUN_ERR_CONNECTION when no launcher serves the FIFO, DTRUN_ERR_TIMEOUT when
+ *  it stopped reading it. */
+int dtrun_timer_acquire(dtrun_timer* t, const char* scope, double after_seconds);
+/** Releases `scope` (nothing happens when it is not armed). Errors as dtrun_timer_acquire. */
+int dtrun_timer_release(dtrun_timer* t, const char* scope);
+
 #if DTRUN_WORKER_HAS_NCCL
 /* NCCL's handle type, without including nccl.h: ncclComm_t is `struct ncclComm*`. */
 struct ncclComm;

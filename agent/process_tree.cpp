@@ -1,0 +1,48 @@
+#include "agent/process_tree.h"
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+namespace dtrun::agent {
+
+namespace {
+
+// Deep enough for any launcher chain (shell -> python -> data loader -> compiler); the bound
+// only guards against a pid cycle while processes die and pids are reused under the walk.
+constexpr int kMaxDepth = 64;
+
+}  // namespace
+
+std::optional<ProcStat> readProcStat(int pid) {
+  if (pid <= 0) return std::nullopt;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return std::nullopt;
+  // The command name is in parentheses and may itself hold ") ": the fields follow the last one.
+  auto close = line.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  ProcStat s;
+  if (std::sscanf(line.c_str() + close + 1, " %c %d %d", &s.state, &s.ppid, &s.pgrp) != 3) {
+    return std::nullopt;
+  }
+  return s;
+}
+
+std::optional<int> ownerOf(int pid, const std::map<int, int>& roots) {
+  auto first = readProcStat(pid);
+  if (!first || first->state == 'Z') return std::nullopt;
+  if (auto it = roots.find(pid); it != roots.end()) return it->second;
+  // Still in a worker's process group: its parent may be gone (re-parented to the subreaper).
+  if (auto it = roots.find(first->pgrp); it != roots.end()) return it->second;
+  int parent = first->ppid;
+  for (int depth = 0; depth < kMaxDepth && parent > 1; ++depth) {
+    if (auto it = roots.find(parent); it != roots.end()) return it->second;
+    auto s = readProcStat(parent);
+    if (!s) return std::nullopt;
+    parent = s->ppid;
+  }
+  return std::nullopt;
+}
+
+}  // namespace dtrun::agent
