@@ -11,12 +11,14 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "tests/support/run_until.h"
 #include "tests/support/test_support.h"
 
 using dtrun::agent::LinePrefixVars;
 using dtrun::agent::LogForwarder;
 using dtrun::agent::StreamOptions;
 using dtrun::agent::UniqueFd;
+using dtrun::test::runUntil;
 using dtrun::test::pollUntil;
 using dtrun::test::readFile;
 using dtrun::test::TempDir;
@@ -24,18 +26,6 @@ using dtrun::test::writeFile;
 using namespace std::chrono_literals;
 
 namespace {
-
-// Steps the io_context until `cond` holds (or the deadline passes): no sleeping test thread.
-bool runUntil(boost::asio::io_context& io, const std::function<bool()>& cond,
-              std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-  return pollUntil(
-      [&] {
-        io.restart();
-        io.poll();
-        return cond();
-      },
-      timeout);
-}
 
 // Forks `sh -c script` with `outFd` as its stdout; the test's other fds are close-on-exec.
 pid_t spawnSh(const std::string& script, int outFd) {
