@@ -66,13 +66,16 @@ def run(cmd, env, cwd, timeout, log):
 
 
 class Checker:
-    """Collects failed checks, prints each, and gives the exit code at the end."""
+    """Collects failed checks, prints each, and gives the exit code at the end: a failure when a
+    check failed, or when none was made (a test that asserts nothing cannot fail)."""
 
     def __init__(self):
         self.failures = 0
+        self.count = 0
 
     def check(self, ok, what):
         print(("ok    " if ok else "FAIL  ") + what, flush=True)
+        self.count += 1
         if not ok:
             self.failures += 1
         return ok
@@ -81,5 +84,9 @@ class Checker:
         return self.check(actual == expected, f"{what}: {actual!r} == {expected!r}")
 
     def exit_code(self):
-        print(f"{self.failures} check(s) failed" if self.failures else "all checks passed")
+        if self.count == 0:
+            print("FAIL  no check was made: a test that asserts nothing cannot fail", flush=True)
+            return 1
+        print(f"{self.failures} of {self.count} check(s) failed" if self.failures else
+              f"all {self.count} checks passed")
         return 1 if self.failures else 0

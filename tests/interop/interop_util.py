@@ -74,8 +74,12 @@ class Checks:
         print(f"FAIL  {what}: did not raise {exc_type.__name__}", flush=True)
 
     def finish(self):
+        """Exits 1 when a check failed, or when none was made (a test that asserts nothing
+        cannot fail); else 0."""
         print(f"{self.count - self.failures}/{self.count} checks passed", flush=True)
-        sys.exit(1 if self.failures else 0)
+        if self.count == 0:
+            print("FAIL  no check was made: a test that asserts nothing cannot fail", flush=True)
+        sys.exit(1 if self.failures or self.count == 0 else 0)
 
 
 def read_line(pipe, timeout):
