@@ -10,6 +10,7 @@
 
 #include "common/abort_key.h"
 #include "tests/rendezvous/store_test_util.h"
+#include "tests/support/io_test_util.h"
 #include "tests/support/test_support.h"
 
 using namespace dtrun::agent;
@@ -17,18 +18,9 @@ using namespace std::chrono_literals;
 using dtrun::rendezvous::TcpStore;
 using dtrun::rendezvous::TcpStoreOptions;
 
-namespace {
+using dtrun::test::runUntil;
 
-bool runUntil(boost::asio::io_context& io, const std::function<bool()>& done,
-              std::chrono::milliseconds timeout = 20s) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    io.restart();
-    io.run_for(20ms);
-  }
-  return true;
-}
+namespace {
 
 C10dJobOptions optionsFor(std::uint16_t port, const std::string& runId) {
   C10dJobOptions o;

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "tests/support/io_test_util.h"
 #include "tests/support/test_support.h"
 
 using dtrun::agent::LinePrefixVars;
@@ -23,19 +24,9 @@ using dtrun::test::TempDir;
 using dtrun::test::writeFile;
 using namespace std::chrono_literals;
 
-namespace {
+using dtrun::test::runUntil;
 
-// Steps the io_context until `cond` holds (or the deadline passes): no sleeping test thread.
-bool runUntil(boost::asio::io_context& io, const std::function<bool()>& cond,
-              std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-  return pollUntil(
-      [&] {
-        io.restart();
-        io.poll();
-        return cond();
-      },
-      timeout);
-}
+namespace {
 
 // Forks `sh -c script` with `outFd` as its stdout; the test's other fds are close-on-exec.
 pid_t spawnSh(const std::string& script, int outFd) {

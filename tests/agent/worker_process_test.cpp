@@ -20,6 +20,7 @@
 
 #include "agent/orphan_guard.h"
 #include "agent/worker_group.h"
+#include "tests/support/io_test_util.h"
 #include "tests/support/test_support.h"
 
 using namespace dtrun::agent;
@@ -28,19 +29,9 @@ using dtrun::test::pollUntil;
 using dtrun::test::processAlive;
 using namespace std::chrono_literals;
 
-namespace {
+using dtrun::test::runUntil;
 
-// Steps `io` until `done()` or the deadline; false on the deadline.
-bool runUntil(boost::asio::io_context& io, const std::function<bool()>& done,
-              std::chrono::milliseconds timeout = 20s) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    io.restart();
-    io.run_for(20ms);
-  }
-  return true;
-}
+namespace {
 
 SpawnSpec shell(const std::string& script) {
   SpawnSpec s;

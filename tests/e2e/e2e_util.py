@@ -6,6 +6,7 @@ Python 3.11 parsing bug (Std.from_str) before calling torch.distributed.run.main
 instead (--rdzv_backend=c10d --rdzv_endpoint=localhost:0, what newest torchrun's --standalone
 does), which lets tests run in parallel.
 """
+import argparse
 import os
 import signal
 import subprocess
@@ -31,6 +32,17 @@ def require_torch_and_anchor():
         skip(f"{sys.executable} cannot import torch ({e}); install python3-torch")
     if not os.path.exists(ANCHOR):
         skip(f"the torchrun anchor {ANCHOR} does not exist (set DTRUN_TORCHRUN_ANCHOR)")
+
+
+def comparison_args():
+    """The command line of a test that compares dtrun with torch (--dtrun, --source-dir); exits
+    with SKIP, saying why, unless torch imports here and the torchrun anchor exists."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dtrun", required=True)
+    ap.add_argument("--source-dir", required=True)
+    args = ap.parse_args()
+    require_torch_and_anchor()
+    return args
 
 
 def torchrun_cmd():

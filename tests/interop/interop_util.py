@@ -31,6 +31,19 @@ def require_torch():
     return dist
 
 
+def require_torch_timer():
+    """Returns torch.distributed.elastic.timer, or exits with SKIP_CODE saying why it is
+    unavailable."""
+    try:
+        import torch
+        from torch.distributed.elastic import timer
+    except Exception as e:
+        print(f"SKIPPED: {sys.executable} cannot import torch.distributed.elastic.timer ({e!r})")
+        sys.exit(SKIP_CODE)
+    print(f"torch {torch.__version__}", flush=True)
+    return timer
+
+
 def short(value, limit=160):
     """repr() cut to `limit` characters, for log lines about long values."""
     r = repr(value)
