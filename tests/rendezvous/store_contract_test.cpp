@@ -122,7 +122,10 @@ TEMPLATE_TEST_CASE("store contract", "[store]", InMemoryFactory, PrefixFactory, 
     });
     CHECK(a->get("late-key", 20s) == "here");
     writer.join();
-    CHECK(a->get("late-key", Store::kNoTimeout) == "here");
+    {
+      dtrun::test::Watchdog bound(20s, "a get without a timeout of a key that exists");
+      CHECK(a->get("late-key", Store::kNoTimeout) == "here");
+    }
     // The handle that timed out is still usable, and no stale reply is left in its stream.
     CHECK(a->add("after-timeout", 1) == 1);
   }
@@ -196,13 +199,19 @@ TEMPLATE_TEST_CASE("store contract", "[store]", InMemoryFactory, PrefixFactory, 
 
   SECTION("wait without a timeout returns once every key exists") {
     a->set("w0", "x");
-    a->wait({"w0"}, Store::kNoTimeout);  // present: returns at once
+    {
+      dtrun::test::Watchdog bound(20s, "a wait without a timeout for a key that exists");
+      a->wait({"w0"}, Store::kNoTimeout);  // present: returns at once
+    }
     Background writer([&] {
       factory.untilWaiting(1);
       b->set("w1", "1");
       b->set("w2", "2");
     });
-    a->wait({"w1", "w2"}, Store::kNoTimeout);
+    {
+      dtrun::test::Watchdog bound(20s, "a wait without a timeout for keys another handle sets");
+      a->wait({"w1", "w2"}, Store::kNoTimeout);
+    }
     writer.join();
     CHECK(a->check({"w1", "w2"}));
   }

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -53,6 +54,25 @@ bool processAlive(int pid) {
   auto close = line.rfind(')');
   if (close == std::string::npos || close + 2 >= line.size()) return false;
   return line[close + 2] != 'Z';
+}
+
+Watchdog::Watchdog(std::chrono::milliseconds timeout, std::string what)
+    : thread_([this, timeout, what = std::move(what)] {
+        std::unique_lock lock(mutex_);
+        if (disarmed_.wait_for(lock, timeout, [this] { return done_; })) return;
+        std::fprintf(stderr, "FAILED: %s did not finish within %lld ms (test watchdog)\n",
+                     what.c_str(), static_cast<long long>(timeout.count()));
+        std::fflush(stderr);
+        std::_Exit(1);
+      }) {}
+
+Watchdog::~Watchdog() {
+  {
+    std::lock_guard lock(mutex_);
+    done_ = true;
+  }
+  disarmed_.notify_all();
+  thread_.join();
 }
 
 }  // namespace dtrun::test

@@ -3,9 +3,12 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace dtrun::test {
@@ -14,6 +17,24 @@ namespace dtrun::test {
 /// (returns false). Deadlines are generous: the machines are shared and noisy.
 bool pollUntil(const std::function<bool()>& cond,
                std::chrono::milliseconds timeout = std::chrono::seconds(20));
+
+/// Ends the test process with exit status 1, after saying on stderr that `what` did not finish
+/// within `timeout`, unless destroyed first. For the calls that have no deadline of their own
+/// (a wait without a timeout): a broken store then fails its test in seconds, instead of hanging
+/// until ctest's timeout.
+class Watchdog {
+ public:
+  Watchdog(std::chrono::milliseconds timeout, std::string what);
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable disarmed_;
+  bool done_ = false;
+  std::thread thread_;  // last: it starts once the members it uses exist
+};
 
 /// A fresh directory under $TMPDIR, removed with everything in it when destroyed.
 class TempDir {
