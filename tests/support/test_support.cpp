@@ -56,6 +56,21 @@ bool processAlive(int pid) {
   return line[close + 2] != 'Z';
 }
 
+std::vector<std::string> envEntries(
+    std::map<std::string, std::string> vars,
+    const std::map<std::string, std::optional<std::string>>& overlay) {
+  for (const auto& [k, v] : overlay) {
+    if (v) {
+      vars[k] = *v;
+    } else {
+      vars.erase(k);
+    }
+  }
+  std::vector<std::string> entries;
+  for (const auto& [k, v] : vars) entries.push_back(k + "=" + v);
+  return entries;
+}
+
 Watchdog::Watchdog(std::chrono::milliseconds timeout, std::string what)
     : thread_([this, timeout, what = std::move(what)] {
         std::unique_lock lock(mutex_);

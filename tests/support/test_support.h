@@ -6,7 +6,9 @@
 #include <condition_variable>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,6 +37,12 @@ class Watchdog {
   bool done_ = false;
   std::thread thread_;  // last: it starts once the members it uses exist
 };
+
+/// `vars` with `overlay` applied (a value replaces or adds, nullopt removes), as the "KEY=value"
+/// entries of a child's environment.
+std::vector<std::string> envEntries(
+    std::map<std::string, std::string> vars,
+    const std::map<std::string, std::optional<std::string>>& overlay);
 
 /// A fresh directory under $TMPDIR, removed with everything in it when destroyed.
 class TempDir {
