@@ -155,8 +155,11 @@ int main(int argc, char** argv) {
       } else if (op == "multiget") {
         auto keys = split(next(op));
         auto values = store->multiGet(keys, milliseconds(std::stoll(next(op))));
-        line += " ";
-        for (std::size_t v = 0; v < values.size(); ++v) line += (v ? "," : "") + toHex(values[v]);
+        line += ' ';
+        for (std::size_t v = 0; v < values.size(); ++v) {
+          if (v > 0) line += ',';
+          line += toHex(values[v]);
+        }
       } else if (op == "multiset") {
         std::vector<std::string> keys;
         std::vector<Bytes> values;
