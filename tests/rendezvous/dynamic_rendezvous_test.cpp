@@ -188,7 +188,10 @@ RendezvousSettings settings(int min, int max) {
   s.minNodes = min;
   s.maxNodes = max;
   s.joinTimeout = 30s;
-  s.lastCallTimeout = 200ms;
+  // Longer than any case: a round closes when MAX (or the count a new round expects) have
+  // joined, never because one thread of a loaded machine came late. The case about the last
+  // call sets its own.
+  s.lastCallTimeout = 25s;
   return s;
 }
 
@@ -231,17 +234,17 @@ TEST_CASE("rendezvous: min < max closes after last call with the nodes that came
   // in (whatever the machine's load) and closes the round 200 ms after it saw the minimum: with
   // all three, and without waiting for the two others' last call or for MAX.
   auto shared = std::make_shared<InMemoryStore>();
-  auto patient = settings(2, 5);
-  patient.lastCallTimeout = 25s;
   std::vector<Node> nodes;
-  for (int i = 0; i < 2; ++i) nodes.push_back(makeNode(shared, i, 2, patient, 0));
+  for (int i = 0; i < 2; ++i) nodes.push_back(makeNode(shared, i, 2, settings(2, 5), 0));
   std::vector<RoundInfo> infos(3);
   std::vector<std::thread> first;
   for (int i = 0; i < 2; ++i) first.emplace_back([&, i] { infos[i] = nodes[i].rdzv->join(); });
   // The round's join counter packs nodes << 32 | processes.
   const auto joinKey = DynamicRendezvous::roundKey(0, "join");
   CHECK(pollUntil([&] { return (nodes[0].store->add(joinKey, 0) >> 32) == 2; }));
-  Node third = makeNode(shared, 2, 2, settings(2, 5), 0);
+  auto quick = settings(2, 5);
+  quick.lastCallTimeout = 200ms;
+  Node third = makeNode(shared, 2, 2, quick, 0);
   infos[2] = third.rdzv->join();
   for (auto& t : first) t.join();
   checkRound(infos, {2, 2, 2});
