@@ -1,5 +1,6 @@
 // Error files: the JSON a worker writes to $TORCHELASTIC_ERROR_FILE when it dies of an uncaught
-// exception (torch's @record), and the copy the agent writes to its own error file (spec §5.9).
+// exception (torch's @record), and the copy the agent writes to its own error file (torch/
+// distributed/elastic/multiprocessing/errors/error_handler.py).
 //
 // Two formats are accepted, as torch accepts them:
 //   record format: {"message": {"message": "ValueError: x",

@@ -1,6 +1,7 @@
 // Failure reports: torch's ProcessFailure and the ChildFailedError block printed when workers
-// fail (spec §5.8), byte for byte, plus dtrun's one addition: a failure without an error file
-// shows the last lines of the worker's stderr instead of the bare "To enable traceback" URL.
+// fail (torch/distributed/elastic/multiprocessing/errors/__init__.py), byte for byte, plus
+// dtrun's one addition: a failure without an error file shows the last lines of the worker's
+// stderr instead of the bare "To enable traceback" URL.
 //
 //   ============================================================
 //   train.py FAILED
@@ -125,11 +126,11 @@ std::string tracebackText(const ProcessFailure& f);
 std::string formatFailureReport(const std::string& entrypointName,
                                 const std::vector<ProcessFailure>& failures);
 
-/// The agent's own error file (spec §5.9, torch's @record on ChildFailedError): removes any
-/// file at `path` and writes the root failure's error-file JSON with message.errorCode =
-/// exitCode. When that file is gone or invalid (or on another node), writes a record-format
-/// document built from the failure instead (torch writes nothing then). Blocking; throws
-/// dtrun::Error naming the path.
+/// The agent's own error file (torch's @record on ChildFailedError, errors/error_handler.py):
+/// removes any file at `path` and writes the root failure's error-file JSON with
+/// message.errorCode = exitCode. When that file is gone or invalid (or on another node), writes a
+/// record-format document built from the failure instead (torch writes nothing then). Blocking;
+/// throws dtrun::Error naming the path.
 void writeAgentErrorFile(const std::string& path, const ProcessFailure& root);
 
 }  // namespace dtrun::agent

@@ -1,4 +1,5 @@
-// LogDir: torchrun's log directory layout (spec §5.10).
+// LogDir: torchrun's log directory layout (torch/distributed/elastic/agent/server/
+// local_elastic_agent.py, _make_log_dir; docs/logs-and-reports.md).
 //
 //   <base>/                       --log-dir, or a fresh <tmp>/torchelastic_XXXXXXXX
 //     <run_id>_XXXXXXXX/          made once per agent (Python's mkdtemp naming: 8 of [a-z0-9_])

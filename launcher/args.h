@@ -67,7 +67,8 @@ struct Endpoint {
   std::uint16_t port = 0;
 };
 
-/// Parses host[:port] or [v6][:port] with torch's rules (spec §4.1): surrounding blanks ignored;
+/// Parses host[:port] or [v6][:port] with torch's rules (parse_rendezvous_endpoint in
+/// torch/distributed/elastic/rendezvous/utils.py): surrounding blanks ignored;
 /// "" -> localhost; the port is 1-5 digits below 65536; the host matches ^[A-Za-z0-9_.:-]+$.
 /// Without a port, `defaultPort` is used, or a UsageError is thrown when there is none.
 Endpoint parseEndpoint(const std::string& option, const std::string& text,
@@ -100,7 +101,8 @@ std::set<int> parseRankSet(const std::string& option, const std::string& text);
 int parseNprocPerNode(const std::string& option, const std::string& text, const DeviceDirs& dirs,
                       const std::map<std::string, std::string>& env, int cpuCount);
 
-/// Parses --rdzv-conf into `r`: every key goes to r.conf as given, and torch's keys (spec §1.4:
+/// Parses --rdzv-conf into `r`: every key goes to r.conf as given, and torch's keys (those of
+/// torch/distributed/elastic/rendezvous/dynamic_rendezvous.py and c10d_rendezvous_backend.py:
 /// *_timeout and keep_alive_interval in seconds, keep_alive_max_attempt >= 1, is_host, use_libuv,
 /// store_type=tcp) set the typed fields. Errors name "<option> <key>".
 void applyRendezvousConf(agent::RendezvousConfig& r, const std::string& option,

@@ -1,5 +1,6 @@
 // Logger construction for the dtrun executable. Loggers are made here, in main's reach, and
-// passed down to the libraries (STYLE.md: one logger per subsystem, no globals).
+// passed down to the libraries (docs/design.md, "House rules": one logger per subsystem, no
+// globals).
 #pragma once
 
 #include <spdlog/logger.h>

@@ -6,14 +6,28 @@ namespace dtrun::rendezvous {
 
 using std::chrono::milliseconds;
 
-void InMemoryStore::waitLocked(std::unique_lock<std::mutex>& lock,
-                               const std::vector<std::string>& keys, milliseconds timeout) {
-  auto ready = [&] { return core_.check(keys); };
+template <typename Ready>
+bool InMemoryStore::block(std::unique_lock<std::mutex>& lock, milliseconds timeout, Ready ready) {
+  if (ready()) return true;
+  ++blocked_;
+  bool ok = true;
   if (timeout == kNoTimeout) {
     changed_.wait(lock, ready);
-    return;
+  } else {
+    ok = changed_.wait_for(lock, timeout, ready);
   }
-  if (!changed_.wait_for(lock, timeout, ready)) {
+  --blocked_;
+  return ok;
+}
+
+int InMemoryStore::blockedWaiters() {
+  std::lock_guard lock(mutex_);
+  return blocked_;
+}
+
+void InMemoryStore::waitLocked(std::unique_lock<std::mutex>& lock,
+                               const std::vector<std::string>& keys, milliseconds timeout) {
+  if (!block(lock, timeout, [&] { return core_.check(keys); })) {
     throw TimeoutError("in-memory store: wait timeout after " + std::to_string(timeout.count()) +
                        " ms, keys: " + joinKeys(keys));
   }
@@ -111,9 +125,7 @@ Bytes InMemoryStore::waitChange(const std::string& key, const Bytes& old, millis
     const Bytes* v = core_.find(key);
     return v && *v != old;
   };
-  if (timeout == kNoTimeout) {
-    changed_.wait(lock, changed);
-  } else if (!changed_.wait_for(lock, timeout, changed)) {
+  if (!block(lock, timeout, changed)) {
     throw TimeoutError("in-memory store: no change of '" + key + "' after " +
                        std::to_string(timeout.count()) + " ms");
   }

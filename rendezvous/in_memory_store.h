@@ -32,7 +32,15 @@ class InMemoryStore : public Store {
   Bytes waitChange(const std::string& key, const Bytes& old,
                    std::chrono::milliseconds timeout) override;
 
+  /// How many calls (get, wait, multiGet, waitChange) are blocked now, waiting for a key: a
+  /// test that must write only once its waiter is in place polls this. Thread-safe.
+  int blockedWaiters();
+
  private:
+  /// Waits on changed_ until `ready()`, counted in blocked_ meanwhile; false on timeout.
+  template <typename Ready>
+  bool block(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds timeout, Ready ready);
+
   /// Blocks with the lock held until every key exists or the timeout passes (TimeoutError).
   void waitLocked(std::unique_lock<std::mutex>& lock, const std::vector<std::string>& keys,
                   std::chrono::milliseconds timeout);
@@ -40,6 +48,7 @@ class InMemoryStore : public Store {
   std::mutex mutex_;
   std::condition_variable changed_;
   StoreCore core_;
+  int blocked_ = 0;
 };
 
 }  // namespace dtrun::rendezvous

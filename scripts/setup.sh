@@ -10,9 +10,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(
-  g++ cmake ninja-build pkg-config
+  g++ cmake ninja-build pkg-config ccache
   libboost1.81-all-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2
-  clang libclang-rt-14-dev          # libFuzzer for the wire decoder
+  clang libclang-rt-14-dev          # libFuzzer for the wire decoder; the sanitizer builds
   python3-torch                     # interop tests and the torchrun comparison (/usr/bin/python3)
   iproute2 procps psmisc util-linux # fault-injection tools and process checks in the tests
   slurmctld slurmd slurm-client munge # the Slurm integration tests
@@ -39,6 +39,7 @@ fi
 BUILD_DIR=${DTRUN_BUILD_DIR:-build}
 GEN=()
 if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]] && command -v ninja >/dev/null; then GEN=(-G Ninja); fi
+if command -v ccache >/dev/null; then GEN+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE="${DTRUN_BUILD_TYPE:-RelWithDebInfo}" \
   -DDTRUN_WERROR="${DTRUN_WERROR:-OFF}" >/dev/null
 cmake --build "$BUILD_DIR" -j "$(nproc)"

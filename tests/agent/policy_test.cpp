@@ -7,10 +7,13 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/agent/round_util.h"
+
 using namespace dtrun::agent;
 using dtrun::rendezvous::JobState;
 using dtrun::rendezvous::RoundInfo;
 using State = Policy::State;
+using dtrun::agent::testing::roundOf;
 
 namespace {
 
@@ -27,16 +30,6 @@ PolicySettings settings(int nproc = 2, int maxNodes = 1) {
   s.maxNodes = maxNodes;
   s.closeTimeout = std::chrono::seconds(30);
   return s;
-}
-
-RoundInfo roundOf(std::int64_t round, int groupRank = 0, int groupWorldSize = 1, int nproc = 2) {
-  RoundInfo r;
-  r.round = round;
-  r.groupRank = groupRank;
-  r.groupWorldSize = groupWorldSize;
-  r.rankOffset = groupRank * nproc;
-  r.worldSize = groupWorldSize * nproc;
-  return r;
 }
 
 JobState stateOf(std::int64_t round) {

@@ -8,10 +8,13 @@
 #include <catch2/catch.hpp>
 #include <map>
 
+#include "tests/agent/round_util.h"
+
 using namespace dtrun::agent;
 using dtrun::rendezvous::NodeInfo;
 using dtrun::rendezvous::RoundInfo;
 using Env = std::map<std::string, std::string>;
+using dtrun::agent::testing::roundOf;
 
 namespace {
 
@@ -37,22 +40,11 @@ LaunchConfig config(int nproc) {
   return c;
 }
 
-// Node `groupRank` of `nodes`, each with `nproc` workers, in round `round`.
-RoundInfo node(int groupRank, int nodes, int nproc, std::int64_t round = 0) {
-  RoundInfo r;
-  r.round = round;
-  r.groupRank = groupRank;
-  r.groupWorldSize = nodes;
-  r.rankOffset = groupRank * nproc;
-  r.worldSize = nodes * nproc;
-  return r;
-}
-
 }  // namespace
 
 TEST_CASE("every rank of the second of two nodes", "[agent][env]") {
   const auto c = config(2);
-  const auto round = node(1, 2, 2, /*round=*/3);
+  const auto round = roundOf(/*round=*/3, 1, 2, 2);
   for (int lr = 0; lr < 2; ++lr) {
     INFO("local rank " << lr);
     Env env = asMap(workerEnv(c, round, lr, WorkerStore{"head", 29400}, "/logs/e.json"));
@@ -83,7 +75,7 @@ TEST_CASE("every rank of the second of two nodes", "[agent][env]") {
 
 TEST_CASE("nodes of different sizes: offsets come from the round", "[agent][env]") {
   auto c = config(3);
-  RoundInfo r = node(2, 3, 3);
+  RoundInfo r = roundOf(0, 2, 3, 3);
   r.rankOffset = 5;  // nodes 0 and 1 ran 2 and 3 workers
   r.worldSize = 8;
   Env env = asMap(workerEnv(c, r, 2, WorkerStore{"h", 1}, ""));
@@ -95,7 +87,7 @@ TEST_CASE("nodes of different sizes: offsets come from the round", "[agent][env]
 TEST_CASE("mixed roles: role ranks count the nodes of the same role only", "[agent][env]") {
   auto c = config(2);
   c.role = "trainer";
-  RoundInfo r = node(2, 3, 2);
+  RoundInfo r = roundOf(0, 2, 3, 2);
   r.mixedRoles = true;
   r.nodes = {NodeInfo{"a", "a", 11, 2, "trainer"}, NodeInfo{"b", "b", 12, 2, "reader"},
              NodeInfo{"c", "c", 13, 2, "trainer"}};
@@ -110,7 +102,7 @@ TEST_CASE("virtual local rank: LOCAL_RANK 0 and the rank's own device", "[agent]
   auto c = config(2);
   c.virtualLocalRank = true;
   c.baseEnv["CUDA_VISIBLE_DEVICES"] = "4,6";
-  Env env = asMap(workerEnv(c, node(0, 1, 2), 1, WorkerStore{"h", 1}, ""));
+  Env env = asMap(workerEnv(c, roundOf(0, 0, 1, 2), 1, WorkerStore{"h", 1}, ""));
   CHECK(env.at("LOCAL_RANK") == "0");
   CHECK(env.at("RANK") == "1");
   CHECK(env.at("CUDA_VISIBLE_DEVICES") == "6");
@@ -125,7 +117,7 @@ TEST_CASE("argv: the entrypoint, then the script's arguments with ${local_rank}"
 TEST_CASE("the log prefix shows the global rank and the node", "[agent][env]") {
   auto c = config(2);
   c.role = "trainer";
-  const auto vars = linePrefixVars(c, node(1, 2, 2, 4), 1, "node-b");
+  const auto vars = linePrefixVars(c, roundOf(4, 1, 2, 2), 1, "node-b");
   CHECK(vars.rank == 3);
   CHECK(vars.localRank == 1);
   CHECK(vars.nodeRank == 1);

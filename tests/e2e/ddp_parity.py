@@ -9,7 +9,6 @@ agent-store mode (--standalone): the workers' env:// store is dtrun's own.
 
 The two launches run at the same time (independent directories and free ports).
 """
-import argparse
 import json
 import os
 import sys
@@ -59,11 +58,7 @@ def check_run(name, code, text, ckpt_dir, agent_store, c):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dtrun", required=True)
-    ap.add_argument("--source-dir", required=True)
-    args = ap.parse_args()
-    e2e_util.require_torch_and_anchor()
+    args = e2e_util.comparison_args()
     import torch
 
     example = os.path.join(args.source_dir, "examples", "ddp_train.py")

@@ -46,15 +46,7 @@ Launch::Launch(const std::vector<std::string>& args, const fs::path& dir,
   auto vars = launchBaseEnv();
   vars["TMPDIR"] = dir_.string();
   vars["E2E_DIR"] = (dir_ / "w").string();
-  for (const auto& [k, v] : env) {
-    if (v) {
-      vars[k] = *v;
-    } else {
-      vars.erase(k);
-    }
-  }
-  std::vector<std::string> envStrings;
-  for (const auto& [k, v] : vars) envStrings.push_back(k + "=" + v);
+  std::vector<std::string> envStrings = test::envEntries(std::move(vars), env);
   std::vector<char*> envp;
   for (auto& s : envStrings) envp.push_back(s.data());
   envp.push_back(nullptr);

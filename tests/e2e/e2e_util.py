@@ -6,6 +6,7 @@ Python 3.11 parsing bug (Std.from_str) before calling torch.distributed.run.main
 instead (--rdzv_backend=c10d --rdzv_endpoint=localhost:0, what newest torchrun's --standalone
 does), which lets tests run in parallel.
 """
+import argparse
 import os
 import signal
 import subprocess
@@ -31,6 +32,17 @@ def require_torch_and_anchor():
         skip(f"{sys.executable} cannot import torch ({e}); install python3-torch")
     if not os.path.exists(ANCHOR):
         skip(f"the torchrun anchor {ANCHOR} does not exist (set DTRUN_TORCHRUN_ANCHOR)")
+
+
+def comparison_args():
+    """The command line of a test that compares dtrun with torch (--dtrun, --source-dir); exits
+    with SKIP, saying why, unless torch imports here and the torchrun anchor exists."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dtrun", required=True)
+    ap.add_argument("--source-dir", required=True)
+    args = ap.parse_args()
+    require_torch_and_anchor()
+    return args
 
 
 def torchrun_cmd():
@@ -66,13 +78,16 @@ def run(cmd, env, cwd, timeout, log):
 
 
 class Checker:
-    """Collects failed checks, prints each, and gives the exit code at the end."""
+    """Collects failed checks, prints each, and gives the exit code at the end: a failure when a
+    check failed, or when none was made (a test that asserts nothing cannot fail)."""
 
     def __init__(self):
         self.failures = 0
+        self.count = 0
 
     def check(self, ok, what):
         print(("ok    " if ok else "FAIL  ") + what, flush=True)
+        self.count += 1
         if not ok:
             self.failures += 1
         return ok
@@ -81,5 +96,9 @@ class Checker:
         return self.check(actual == expected, f"{what}: {actual!r} == {expected!r}")
 
     def exit_code(self):
-        print(f"{self.failures} check(s) failed" if self.failures else "all checks passed")
+        if self.count == 0:
+            print("FAIL  no check was made: a test that asserts nothing cannot fail", flush=True)
+            return 1
+        print(f"{self.failures} of {self.count} check(s) failed" if self.failures else
+              f"all {self.count} checks passed")
         return 1 if self.failures else 0

@@ -240,7 +240,8 @@ void doErrorFile(const std::string& msg) {
   std::string path = env("TORCHELASTIC_ERROR_FILE");
   if (path.empty()) die("TORCHELASTIC_ERROR_FILE is not set");
   std::string ts = std::to_string(static_cast<long long>(std::time(nullptr)));
-  // torch's @record format (spec §5.9); the message has no characters JSON would escape.
+  // torch's @record format (errors/error_handler.py); the message has no characters JSON would
+  // escape.
   std::string json = "{\"message\": {\"message\": \"RuntimeError: " + msg +
                      "\", \"extraInfo\": {\"py_callstack\": \"Traceback (most recent call "
                      "last):\\n  File \\\"e2e_worker\\\", line 1, in <module>\\nRuntimeError: " +

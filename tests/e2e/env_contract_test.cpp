@@ -1,6 +1,7 @@
-// The worker environment contract (spec §2.1): every worker prints its whole environment and the
-// test compares it key by key with what torchrun's contract says it must be. The comparison with
-// real torchrun 1.13 is e2e:env_vs_torchrun (env_vs_torchrun.py).
+// The worker environment contract (_start_workers in
+// torch/distributed/elastic/agent/server/local_elastic_agent.py): every worker prints its whole
+// environment and the test compares it key by key with what torchrun's contract says it must be.
+// The comparison with real torchrun 1.13 is e2e:env_vs_torchrun (env_vs_torchrun.py).
 #include <catch2/catch.hpp>
 #include <regex>
 

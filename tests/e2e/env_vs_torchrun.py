@@ -16,7 +16,6 @@ Keys that must match exactly: everything the launcher passes through or sets, ex
 and the two variables newest torchrun adds and 1.13 does not, which dtrun sets:
   TORCH_NCCL_ASYNC_ERROR_HANDLING=1, TORCHELASTIC_SIGNALS_TO_HANDLE (starts SIGTERM,SIGINT,SIGHUP,SIGQUIT).
 """
-import argparse
 import os
 import re
 import sys
@@ -69,11 +68,7 @@ def error_file_shape(value, restart, lr):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dtrun", required=True)
-    ap.add_argument("--source-dir", required=True)
-    args = ap.parse_args()
-    e2e_util.require_torch_and_anchor()
+    args = e2e_util.comparison_args()
     c = e2e_util.Checker()
     with tempfile.TemporaryDirectory(prefix="dtrun-env-vs-torchrun-") as work:
         torch_envs = launch("torchrun", e2e_util.torchrun_cmd(), [], work, c)

@@ -124,7 +124,8 @@ TEST_CASE("restarts used up (--max-restarts=2): exit 1 and torch's ChildFailedEr
   REQUIRE_FALSE(shutdown.empty());
   CHECK(shutdown.back()["reason"] == "failed");
 
-  // The layout of spec §5.8, line by line, for the last round's failure.
+  // The layout of ChildFailedError.format_msg (torch/distributed/elastic/multiprocessing/
+  // errors/__init__.py), line by line, for the last round's failure.
   const int pid = readPid(workerFile(w, "pid", 2, 1));
   auto report = reportLines(run.err);
   REQUIRE(report.size() == 15);

@@ -1,4 +1,4 @@
-// Worker output through the agent (spec §5.10, issue 3 "Logs"): -t/--tee with torchrun's
+// Worker output through the agent (docs/logs-and-reports.md): -t/--tee with torchrun's
 // "[<role><local rank>]:" console prefix, prefix templates, --local-ranks-filter, whole lines
 // only on the console, and the last stderr lines in the failure report when a worker wrote no
 // error file. These need the LogForwarder wired into the agent; this file is its own executable

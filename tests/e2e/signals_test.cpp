@@ -50,6 +50,24 @@ int guardOf(pid_t dtrun) {
   return -1;
 }
 
+// A job of two workers, each with a child ("child" step), once every worker wrote its pid: its
+// work directory, the workers, their children and dtrun's orphan guard.
+struct Running {
+  fs::path w;
+  std::vector<int> workers;
+  std::vector<int> children;
+  int guard;
+};
+Running running(Launch& dtrun) {
+  Running r{dtrun.workDir(), {}, {}, -1};
+  requireWorkerFiles(r.w, "pid", 2);
+  r.workers = pidsIn(r.w, "pid", 2);
+  r.children = pidsIn(r.w, "child", 2);
+  r.guard = guardOf(dtrun.pid());
+  REQUIRE(r.guard > 0);
+  return r;
+}
+
 std::map<int, nlohmann::json> lastExits(const fs::path& events) {
   std::map<int, nlohmann::json> out;
   for (const auto& e : eventsNamed(readEvents(events), "worker_exited")) {
@@ -72,12 +90,8 @@ TEST_CASE(
       withWorker({"--standalone", "--nproc-per-node=2", "--event-log", events.string()},
                  {"child", "onsig=TERM", "onsig=INT", "onsig=HUP", "onsig=QUIT", "pid", "sleep"}),
       tmp.path());
-  const auto w = dtrun.workDir();
-  requireWorkerFiles(w, "pid", 2);
-  const auto workers = pidsIn(w, "pid", 2);
-  const auto children = pidsIn(w, "child", 2);
-  const int guard = guardOf(dtrun.pid());
-  REQUIRE(guard > 0);
+  const Running job = running(dtrun);
+  const auto& w = job.w;
 
   dtrun.signal(sig);
   auto exit = dtrun.wait();
@@ -90,8 +104,8 @@ TEST_CASE(
     CHECK(readSignals(workerFile(w, "sig", 0, lr)) == std::vector<int>{sig});
   }
   // Every worker and the child in its process group are gone, and so is the guard.
-  CHECK(test::pollUntil([&] { return allGone(workers) && allGone(children); }));
-  CHECK(test::pollUntil([&] { return !test::processAlive(guard); }));
+  CHECK(test::pollUntil([&] { return allGone(job.workers) && allGone(job.children); }));
+  CHECK(test::pollUntil([&] { return !test::processAlive(job.guard); }));
   auto exits = lastExits(events);
   REQUIRE(exits.size() == 2);
   CHECK(exits[0]["signal"] == sig);
@@ -143,12 +157,7 @@ TEST_CASE(
   Launch dtrun(
       withWorker({"--standalone", "--nproc-per-node=2"}, {"ignore=TERM", "child", "pid", "sleep"}),
       tmp.path());
-  const auto w = dtrun.workDir();
-  requireWorkerFiles(w, "pid", 2);
-  const auto workers = pidsIn(w, "pid", 2);
-  const auto children = pidsIn(w, "child", 2);
-  const int guard = guardOf(dtrun.pid());
-  REQUIRE(guard > 0);
+  const Running job = running(dtrun);
 
   dtrun.signal(SIGKILL);
   auto exit = dtrun.wait();
@@ -156,9 +165,9 @@ TEST_CASE(
   CHECK(exit->signal == SIGKILL);
   // PR_SET_PDEATHSIG ends the workers with dtrun; the guard ends their process groups. The 2 s
   // are the product's promise (issue 3), and both are immediate kernel actions.
-  CHECK(test::pollUntil([&] { return allGone(workers); }, std::chrono::seconds(2)));
-  CHECK(test::pollUntil([&] { return allGone(children); }, std::chrono::seconds(2)));
-  CHECK(test::pollUntil([&] { return !test::processAlive(guard); }, std::chrono::seconds(2)));
+  CHECK(test::pollUntil([&] { return allGone(job.workers); }, std::chrono::seconds(2)));
+  CHECK(test::pollUntil([&] { return allGone(job.children); }, std::chrono::seconds(2)));
+  CHECK(test::pollUntil([&] { return !test::processAlive(job.guard); }, std::chrono::seconds(2)));
 }
 
 TEST_CASE("a worker that ignores SIGTERM is SIGKILLed after --shutdown-timeout", "[e2e]") {

@@ -10,7 +10,6 @@ WORLD_SIZE and the all-reduce result. They must be the same under both, and what
 does: --local_rank=N first without --use_env, nothing added with it. dtrun's notice (what to
 change to move to plain dtrun) must appear once, not once per rank.
 """
-import argparse
 import json
 import os
 import socket
@@ -52,11 +51,7 @@ def launch(name, launcher, mode, work, c):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--dtrun", required=True)
-    p.add_argument("--source-dir", required=True)
-    args = p.parse_args()
-    e2e_util.require_torch_and_anchor()
+    args = e2e_util.comparison_args()
     c = e2e_util.Checker()
     with tempfile.TemporaryDirectory(prefix="dtrun-launch-") as work:
         for mode in ([], ["--use_env"]):

@@ -44,17 +44,18 @@ def worker_failure_restarts_everywhere(job):
     fail = {"E2E_FAIL": "0:1:3 0:4:5"}  # rank 1 (group rank 0) and rank 4 (group rank 2)
     agents = [job.start_agent(3, extra=["--max-restarts", "1"], env=fail) for _ in range(3)]
     job.wait_round(0, 6)
-    check_round(job.records(), 0, nodes=3, world=6)
-    job.wait_round(1, 6)
-    time.sleep(0.5)  # a second restart, were one wrongly counted, would show by now
-    groups = check_round(job.records(), 1, nodes=3, world=6)
+    check_round(job, job.records(), 0, nodes=3, world=6)
+    groups = check_round(job, job.wait_round(1, 6), 1, nodes=3, world=6)
+    log(f"round 1 groups: {groups}")
+    job.finish()
+    # Once every agent has ended, a second restart (one failure round counted twice) would have
+    # started a round 2 (its workers find `finish` and exit 0) or, past --max-restarts 1, made
+    # the agents exit 1.
+    _all_exit(job, agents, 0)
     check(not job.records(2), "a round 2 started: one failure round was counted twice")
     decided = [e for a in agents for e in a.events("restart_decided")
                if e.get("reason") == "worker_failure" and e.get("decided_here")]
     check(len(decided) == 1, f"{len(decided)} agents decided the restart, expected exactly 1")
-    log(f"round 1 groups: {groups}")
-    job.finish()
-    _all_exit(job, agents, 0)
 
 
 def max_restarts_exhausted_job_wide(job):
@@ -70,8 +71,8 @@ def max_restarts_exhausted_job_wide(job):
         check(rc == 1, f"agent {a.index} exited {rc}, expected 1\n{err[-2000:]}")
         check("Root Cause (first observed failure)" in err and "exitcode  : 7" in err,
               f"agent {a.index} printed no failure report naming exit code 7:\n{err[-3000:]}")
-    check_round(job.records(), 0, nodes=2, world=4)
-    check_round(job.records(), 1, nodes=2, world=4)
+    check_round(job, job.records(), 0, nodes=2, world=4)
+    check_round(job, job.records(), 1, nodes=2, world=4)
     check(not job.records(2), "a round 2 started after the restarts were used up")
 
 
@@ -81,7 +82,7 @@ def agent_killed_survivors_continue(job):
     job.start_store()
     agents = [job.start_agent("2:4", extra=["--max-restarts", "0"]) for _ in range(4)]
     rs = job.wait_round(0, 8)
-    groups = check_round(rs, 0, nodes=4, world=8)
+    groups = check_round(job, rs, 0, nodes=4, world=8)
     victim = next(a for a in agents if a.pid == groups[1])
     victim_workers = [r["pid"] for r in rs if r["group_rank"] == 1]
     t0 = job.fault("kill-agent", "--run-id", job.run_id, "--group-rank", "1")["ts"]
@@ -94,7 +95,7 @@ def agent_killed_survivors_continue(job):
     restarted = max(r["t"] for r in rs1) - t0
     log(f"MEASURED agent SIGKILL -> every survivor's workers running in round 1: "
         f"{restarted * 1000:.0f} ms")
-    groups1 = check_round(job.records(), 1, nodes=3, world=6)
+    groups1 = check_round(job, job.records(), 1, nodes=3, world=6)
     check(set(groups1.values()) == {a.pid for a in survivors},
           f"round 1 agents {groups1} are not the survivors")
     check(victim.wait(5) == -signal.SIGKILL, "the victim was not killed")
@@ -110,17 +111,22 @@ def agent_killed_replacement_joins(job):
     survivor and the newcomer."""
     job.start_store()
     agents = [job.start_agent(2, extra=["--max-restarts", "0"]) for _ in range(2)]
-    groups = check_round(job.wait_round(0, 4), 0, nodes=2, world=4)
+    groups = check_round(job, job.wait_round(0, 4), 0, nodes=2, world=4)
     victim = next(a for a in agents if a.pid == groups[1])
     survivor = next(a for a in agents if a is not victim)
     t0 = job.fault("kill-agent", "--run-id", job.run_id, "--group-rank", "1")["ts"]
     log(f"MEASURED agent SIGKILL -> survivor's first worker_exited: "
         f"{_first_exit_after(survivor, t0, 0) * 1000:.0f} ms")
-    time.sleep(1.5)
+    # The survivor says it waits in round 1 with itself alone (its progress line, every 5 s):
+    # it did not go on alone below --nnodes MIN, and did not give up.
+    poll(lambda: re.search(r"round 1 is waiting for nodes .* 1 came \(min 2, max 2\)",
+                           survivor.stderr()) or not survivor.running(), 30,
+         "the survivor to say it waits for a replacement in round 1")
+    check(survivor.running(), "the survivor gave up instead of waiting for a replacement:\n"
+          f"{survivor.stderr()[-2000:]}")
     check(not job.records(1), "the survivor went on alone below --nnodes MIN")
-    check(survivor.running(), "the survivor gave up instead of waiting for a replacement")
     newcomer = job.start_agent(2, extra=["--max-restarts", "0"])
-    groups1 = check_round(job.wait_round(1, 4), 1, nodes=2, world=4)
+    groups1 = check_round(job, job.wait_round(1, 4), 1, nodes=2, world=4)
     check(set(groups1.values()) == {survivor.pid, newcomer.pid},
           f"round 1 agents {groups1}, expected the survivor {survivor.pid} and the newcomer "
           f"{newcomer.pid}")
@@ -133,7 +139,7 @@ def agent_killed_no_replacement_times_out(job):
     replacement, then exits 1 with an error that names who came (itself)."""
     job.start_store()
     agents = [job.start_agent(2, conf={"join_timeout": 3}) for _ in range(2)]
-    groups = check_round(job.wait_round(0, 4), 0, nodes=2, world=4)
+    groups = check_round(job, job.wait_round(0, 4), 0, nodes=2, world=4)
     survivor = next(a for a in agents if a.pid == groups[0])
     t0 = job.fault("kill-agent", "--run-id", job.run_id, "--group-rank", "1")["ts"]
     rc = survivor.wait(3 + EXIT_BOUND_S)
@@ -156,7 +162,7 @@ def agent_stopped_seen_by_heartbeat(job):
     job.start_store()
     agents = [job.start_agent("2:3", extra=["--max-restarts", "0"]) for _ in range(3)]
     rs = job.wait_round(0, 6)
-    groups = check_round(rs, 0, nodes=3, world=6)
+    groups = check_round(job, rs, 0, nodes=3, world=6)
     victim = next(a for a in agents if a.pid == groups[2])
     survivors = [a for a in agents if a is not victim]
     t0 = job.fault("stop-agent", "--run-id", job.run_id, "--group-rank", "2")["ts"]
@@ -166,9 +172,8 @@ def agent_stopped_seen_by_heartbeat(job):
     check(max(lags) >= 0.3, f"survivors reacted after {max(lags):.2f} s, before the heartbeat "
           "deadline could pass: something else than the lease noticed")
     check(max(lags) < DETECT_BOUND_S, f"survivors took {max(lags):.2f} s")
-    groups1 = check_round(job.wait_round(1, 4), 1, nodes=2, world=4)
+    groups1 = check_round(job, job.wait_round(1, 4), 1, nodes=2, world=4)
     check(set(groups1.values()) == {a.pid for a in survivors}, f"round 1 agents {groups1}")
-    time.sleep(0.5)
     t1 = job.fault("cont-agent", "--pid", str(victim.pid))["ts"]
     rc = victim.wait(EXIT_BOUND_S)
     log(f"MEASURED the continued agent exited {rc} {time.time() - t1:.2f} s after SIGCONT; "
@@ -176,10 +181,14 @@ def agent_stopped_seen_by_heartbeat(job):
     check(rc != 0, "the stale agent claims success")
     stale = [r["pid"] for r in rs if r["group_rank"] == 2]
     poll(lambda: not any(pid_alive(p) for p in stale), 10, "the stale agent's workers to end")
-    time.sleep(0.5)
-    check(not job.records(2), "the stale agent's return started another round")
     job.finish()
+    # Once the survivors have ended, a round the stale agent's return started would show: its
+    # workers, and the survivors' rendezvous_done events.
     _all_exit(job, survivors, 0)
+    check(not job.records(2), "the stale agent's return started another round")
+    for a in survivors:
+        rounds = [e["round"] for e in a.events("rendezvous_done")]
+        check(rounds == [0, 1], f"agent {a.index} went through rounds {rounds}, expected [0, 1]")
 
 
 def node_joins_running_job(job):
@@ -191,10 +200,10 @@ def node_joins_running_job(job):
     # scale-up already; wait for the round that has all three.
     r3 = poll(lambda: next(([r] for r in sorted({x["round"] for x in job.records()})
                             if len(job.records(r)) == 6), None), 30, "a round with 3 nodes")[0]
-    check_round(job.records(), r3, nodes=3, world=6)
+    check_round(job, job.records(), r3, nodes=3, world=6)
     newcomer = job.start_agent("2:4", extra=["--max-restarts", "0"])
     t0 = time.time()
-    groups = check_round(job.wait_round(r3 + 1, 8), r3 + 1, nodes=4, world=8)
+    groups = check_round(job, job.wait_round(r3 + 1, 8), r3 + 1, nodes=4, world=8)
     log(f"MEASURED newcomer start -> 8 workers running in round {r3 + 1}: "
         f"{(max(r['t'] for r in job.records(r3 + 1)) - t0) * 1000:.0f} ms")
     check(newcomer.pid in groups.values(), f"the newcomer is not in round {r3 + 1}: {groups}")
@@ -218,7 +227,7 @@ def _store_host_job(job, n):
     poll(bound, 20, f"the first agent to serve the store on {endpoint}")
     check(host.running(), f"the host agent exited:\n{host.stderr()}")
     others = [job.start_agent(n, endpoint=endpoint, conf=conf) for _ in range(n - 1)]
-    check_round(job.wait_round(0, 2 * n), 0, nodes=n, world=2 * n)
+    check_round(job, job.wait_round(0, 2 * n), 0, nodes=n, world=2 * n)
     return host, others, endpoint
 
 
@@ -264,7 +273,7 @@ def standalone_store_killed(job):
     """A separate `dtrun store` is SIGKILLed under 2 running agents: both exit 1 naming it."""
     addr = job.start_store()
     agents = [job.start_agent(2, conf={"heartbeat_timeout": 1}) for _ in range(2)]
-    check_round(job.wait_round(0, 4), 0, nodes=2, world=4)
+    check_round(job, job.wait_round(0, 4), 0, nodes=2, world=4)
     t0 = job.fault("kill-agent", "--pid", str(job.store_proc.pid))["ts"]
     _store_lost(job, agents, addr, t0, 0.6)
 
@@ -275,13 +284,13 @@ def agent_sigterm_leaves_job(job):
     --max-restarts 0 the job must go on (torch #67742 closed the rendezvous for everyone)."""
     job.start_store()
     agents = [job.start_agent("2:3", extra=["--max-restarts", "0"]) for _ in range(3)]
-    groups = check_round(job.wait_round(0, 6), 0, nodes=3, world=6)
+    groups = check_round(job, job.wait_round(0, 6), 0, nodes=3, world=6)
     victim = next(a for a in agents if a.pid == groups[2])
     survivors = [a for a in agents if a is not victim]
     job.fault("kill-agent", "--pid", str(victim.pid), "--signal", "TERM")
     rc = victim.wait(EXIT_BOUND_S)
     check(rc != 0, f"the stopped agent exited {rc}")
-    groups1 = check_round(job.wait_round(1, 4, timeout=10), 1, nodes=2, world=4)
+    groups1 = check_round(job, job.wait_round(1, 4, timeout=10), 1, nodes=2, world=4)
     check(set(groups1.values()) == {a.pid for a in survivors}, f"round 1 agents {groups1}")
     job.finish()
     _all_exit(job, survivors, 0)
@@ -311,7 +320,7 @@ def node_partitioned(job):
     nodes += [job.start_agent("2:3", endpoint=endpoint, conf=conf, netns_node=i,
                               extra=["--max-restarts", "0"]) for i in (1, 2)]
     rs = job.wait_round(0, 6)
-    groups = check_round(rs, 0, nodes=3, world=6)
+    groups = check_round(job, rs, 0, nodes=3, world=6)
     cut_off = nodes[2]
     g_cut = next(g for g, pid in groups.items() if pid == cut_off.pid)
     t0 = time.time()
@@ -323,7 +332,7 @@ def node_partitioned(job):
     log(f"MEASURED partition -> connected nodes' first worker_exited: "
         f"{', '.join(f'{x * 1000:.0f} ms' for x in lags)} (deadline 0.2 s x 3 = 600 ms)")
     check(max(lags) < DETECT_BOUND_S, f"connected nodes took {max(lags):.2f} s")
-    groups1 = check_round(job.wait_round(1, 4), 1, nodes=2, world=4)
+    groups1 = check_round(job, job.wait_round(1, 4), 1, nodes=2, world=4)
     check(set(groups1.values()) == {nodes[0].pid, nodes[1].pid}, f"round 1 agents {groups1}")
     rc = cut_off.wait(EXIT_BOUND_S)
     err = cut_off.stderr()
@@ -354,11 +363,12 @@ def static_backend_three_nodes(job):
                                       "--master-addr", "127.0.0.1", "--master-port", str(port),
                                       "--max-restarts", "1"])
 
+    # Node 0 (which serves the store) last: nodes 2 and 1 retry until it does. The ranks must
+    # follow --node-rank whatever the order of arrival.
     agents = {r: static(r) for r in (2, 1)}
-    time.sleep(0.3)  # nodes 2 and 1 retry until node 0 serves the store
     agents[0] = static(0)
     for round_ in (0, 1):
-        groups = check_round(job.wait_round(round_, 6), round_, nodes=3, world=6,
+        groups = check_round(job, job.wait_round(round_, 6), round_, nodes=3, world=6,
                              nproc_of=nproc)
         check(groups == {r: a.pid for r, a in agents.items()},
               f"round {round_}: group ranks {groups} do not follow --node-rank")
@@ -381,13 +391,13 @@ def static_backend_node_replaced(job):
 
     first = static(0)
     second = static(1)
-    groups = check_round(job.wait_round(0, 4), 0, nodes=2, world=4)
+    groups = check_round(job, job.wait_round(0, 4), 0, nodes=2, world=4)
     check(groups == {0: first.pid, 1: second.pid}, f"round 0 group ranks {groups}")
     t0 = job.fault("kill-agent", "--pid", str(second.pid))["ts"]
     log(f"MEASURED static: SIGKILL -> node 0's first worker_exited: "
         f"{_first_exit_after(first, t0, 0) * 1000:.0f} ms")
     replacement = static(1)
-    groups = check_round(job.wait_round(1, 4), 1, nodes=2, world=4)
+    groups = check_round(job, job.wait_round(1, 4), 1, nodes=2, world=4)
     check(groups == {0: first.pid, 1: replacement.pid}, f"round 1 group ranks {groups}")
     job.finish()
     _all_exit(job, [first, replacement], 0)
@@ -423,21 +433,28 @@ def rounds_agree_through_changes(job):
     opts = dict(extra=["--max-restarts", "1"], env={"E2E_FAIL": "0:2:9"},
                 conf={"last_call_timeout": 3})
     agents = [job.start_agent("2:4", **opts) for _ in range(3)]
-    check_round(job.wait_round(0, 6), 0, nodes=3, world=6)
-    groups = check_round(job.wait_round(1, 6), 1, nodes=3, world=6)  # after the failure
+    check_round(job, job.wait_round(0, 6), 0, nodes=3, world=6)
+    groups = check_round(job, job.wait_round(1, 6), 1, nodes=3, world=6)  # after the failure
     victim = next(a for a in agents if a.pid == groups[0])
     job.fault("kill-agent", "--pid", str(victim.pid))
-    groups = check_round(job.wait_round(2, 4), 2, nodes=2, world=4)  # without the victim
+    groups = check_round(job, job.wait_round(2, 4), 2, nodes=2, world=4)  # without the victim
     newcomer = job.start_agent("2:4", **opts)
-    groups = check_round(job.wait_round(3, 6), 3, nodes=3, world=6)  # with the newcomer
+    groups = check_round(job, job.wait_round(3, 6), 3, nodes=3, world=6)  # with the newcomer
     check(newcomer.pid in groups.values(), f"round 3 agents {groups} lack the newcomer")
+    job.finish()
+    _all_exit(job, [a for a in agents if a is not victim] + [newcomer], 0)
+    # Every agent's own account agrees with the workers': rounds 0 and 1 with the three first
+    # agents, round 2 without the victim, round 3 with the newcomer, and no other round.
     rounds = {}
     for a in agents + [newcomer]:
         for e in a.events("rendezvous_done"):
             rounds.setdefault(e["round"], set()).add(a.pid)
     log(f"rounds and their agents: {rounds}")
-    job.finish()
-    _all_exit(job, [a for a in agents if a is not victim] + [newcomer], 0)
+    first = {a.pid for a in agents}
+    rest = first - {victim.pid}
+    expected = {0: first, 1: first, 2: rest, 3: rest | {newcomer.pid}}
+    check(rounds == expected, f"rounds and their agents {rounds}, expected {expected}")
+    check(not job.records(4), "a round 4 started")
 
 
 def many_restarts_report_true_exit_codes(job):
@@ -451,7 +468,7 @@ def many_restarts_report_true_exit_codes(job):
             "E2E_FAIL_DELAY": "0.05"}
     agents = [job.start_agent(2, extra=["--max-restarts", str(rounds)], env=fail)
               for _ in range(2)]
-    check_round(job.wait_round(rounds, 4, timeout=60), rounds, nodes=2, world=4)
+    check_round(job, job.wait_round(rounds, 4, timeout=60), rounds, nodes=2, world=4)
     job.finish()
     for a in agents:
         a.wait(EXIT_BOUND_S)
@@ -461,7 +478,7 @@ def many_restarts_report_true_exit_codes(job):
                      or (e["exit_code"] == 0 and e["round"] == rounds))]
     check(not wrong, f"{len(wrong)} worker exits recorded wrongly, e.g. {wrong[:3]}")
     for r in range(rounds + 1):
-        check_round(job.records(), r, nodes=2, world=4)
+        check_round(job, job.records(), r, nodes=2, world=4)
     _all_exit(job, agents, 0)
 
 
@@ -471,7 +488,7 @@ def _stop_b_after_round0(job, barrier_s):
     job.start_store()
     agents = [job.start_agent("1:2", extra=["--exit-barrier-timeout", str(barrier_s)])
               for _ in range(2)]
-    groups = check_round(job.wait_round(0, 4), 0, nodes=2, world=4)
+    groups = check_round(job, job.wait_round(0, 4), 0, nodes=2, world=4)
     b = next(x for x in agents if x.pid == groups[1])
     a = next(x for x in agents if x is not b)
     job.fault("stop-agent", "--pid", str(b.pid))

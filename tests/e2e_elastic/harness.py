@@ -4,8 +4,8 @@ A `Job` owns a fresh directory, a unique --rdzv-id, and every process it starts 
 agents); `Job.close()` kills what is left. Workers are tests/e2e_elastic/worker.sh, which append
 one JSON line per start to <dir>/workers.jsonl (see there); agents write --event-log files.
 `check_round` asserts what the issue asks of every round: ranks unique and contiguous, node by
-node in group-rank order; one world size, one group world size and one round number
-(TORCHELASTIC_RESTART_COUNT) on every worker of the round.
+node in group-rank order; one world size and one group world size on every worker of the round,
+and the round number (TORCHELASTIC_RESTART_COUNT) its agent started it for.
 """
 import ctypes
 import json
@@ -37,9 +37,23 @@ class Failed(AssertionError):
     pass
 
 
+# How many checks (check() and poll()) this process has made: a case that ends having made none
+# asserted nothing and fails (require_checks), so that every test can fail.
+_checks_made = 0
+
+
 def check(cond, message):
+    global _checks_made
+    _checks_made += 1
     if not cond:
         raise Failed(message)
+
+
+def require_checks(case):
+    """Raises Failed when no check() or poll() ran since the process started: a test case that
+    asserts nothing would pass whatever dtrun did."""
+    if _checks_made == 0:
+        raise Failed(f"case {case} made no check: a test that asserts nothing cannot fail")
 
 
 def log(message):
@@ -56,7 +70,9 @@ def free_port():
 
 def poll(cond, timeout, what, interval=0.02):
     """Polls `cond` until it returns something truthy (returned) or `timeout` seconds pass
-    (raises Failed naming `what`)."""
+    (raises Failed naming `what`). Counts as a check."""
+    global _checks_made
+    _checks_made += 1
     deadline = time.monotonic() + timeout
     while True:
         value = cond()
@@ -253,12 +269,36 @@ class Job:
             print(json.dumps(r))
 
 
-def check_round(records, round_, nodes, world, nproc_of=None):
+def _check_started_by_agents(job, rs, where):
+    """Every worker of `rs` was started by its agent for the round and rank it reports: the
+    agent's worker_started event for the worker's pid names the same round (its
+    TORCHELASTIC_RESTART_COUNT) and rank. The agent writes those events just after starting its
+    workers, so they are waited for (with a deadline)."""
+    by_pid = {a.pid: a for a in job.agents}
+    strangers = sorted({r["agent"] for r in rs} - set(by_pid))
+    check(not strangers, f"{where}: workers of processes that are no agent of this job: "
+          f"{strangers}")
+
+    def started():
+        events = {e["pid"]: e for agent_pid in {r["agent"] for r in rs}
+                  for e in by_pid[agent_pid].events("worker_started")}
+        return events if all(r["pid"] in events for r in rs) else None
+
+    events = poll(started, 10, f"{where}: the agents' worker_started events of every worker")
+    for r in rs:
+        e = events[r["pid"]]
+        check((e["round"], e["rank"]) == (r["round"], r["rank"]),
+              f"{where}: worker pid {r['pid']} saw TORCHELASTIC_RESTART_COUNT {r['round']} and "
+              f"RANK {r['rank']}, but its agent started it for round {e['round']} as rank "
+              f"{e['rank']}")
+
+
+def check_round(job, records, round_, nodes, world, nproc_of=None):
     """Asserts the invariants of one round from its workers' records: `nodes` nodes and `world`
     workers; ranks 0..world-1 each exactly once; every worker of the round agrees on
-    WORLD_SIZE, GROUP_WORLD_SIZE and TORCHELASTIC_RESTART_COUNT; group ranks 0..nodes-1, one
-    agent each; ranks contiguous per node, in group-rank order. `nproc_of`: {group rank:
-    nproc} when nodes differ. Returns {group rank: agent pid}."""
+    WORLD_SIZE and GROUP_WORLD_SIZE, and was started by its agent for this round and rank;
+    group ranks 0..nodes-1, one agent each; ranks contiguous per node, in group-rank order.
+    `nproc_of`: {group rank: nproc} when nodes differ. Returns {group rank: agent pid}."""
     rs = [r for r in records if r["round"] == round_]
     where = f"round {round_}"
     check(len(rs) == world, f"{where}: {len(rs)} workers started, expected {world}: {rs}")
@@ -269,8 +309,7 @@ def check_round(records, round_, nodes, world, nproc_of=None):
     check({r["group_world_size"] for r in rs} == {nodes},
           f"{where}: GROUP_WORLD_SIZE {sorted({r['group_world_size'] for r in rs})}, "
           f"expected {nodes}")
-    check({r["round"] for r in rs} == {round_},
-          f"{where}: TORCHELASTIC_RESTART_COUNT differs between workers")
+    _check_started_by_agents(job, rs, where)
     by_group = {}
     for r in rs:
         by_group.setdefault(r["group_rank"], []).append(r)
@@ -314,6 +353,7 @@ def run(cases, argv=None):
     log(f"case {args.case}: run id {job.run_id}, dir {job.dir}")
     try:
         cases[args.case](job)
+        require_checks(args.case)
         log(f"PASS {args.case}")
         return 0
     except Skip as e:

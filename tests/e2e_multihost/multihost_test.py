@@ -38,7 +38,8 @@ from sshd_fixture import SshdFixture
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(REPO / "tests" / "e2e_elastic"))
-from harness import Failed, poll  # noqa: E402  (the elastic tests' deadline polling)
+import harness  # noqa: E402  (the elastic tests' checks and deadline polling)
+from harness import Failed, poll  # noqa: E402
 WORKER = HERE / "report_worker.py"
 PYTHON = "/usr/bin/python3"  # the interpreter that sees Debian's torch
 SKIP = 77
@@ -47,8 +48,7 @@ DOWN = "127.0.0.4"  # in the ssh config, with no server
 
 
 def check(cond, message):
-    if not cond:
-        raise Failed(message)
+    harness.check(cond, message)
     print(f"ok    {message}", flush=True)
 
 
@@ -312,6 +312,7 @@ def main():
     passed = False
     try:
         CASES[args.case](case)
+        harness.require_checks(args.case)
         passed = True
         print(f"PASS {args.case}")
         return 0

@@ -18,7 +18,7 @@ import tempfile
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from interop_util import Checks, SKIP_CODE, poll_until  # noqa: E402
+from interop_util import Checks, poll_until, require_torch_timer  # noqa: E402
 
 
 class Errors(logging.Handler):
@@ -36,13 +36,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--probe", required=True)
     args = parser.parse_args()
-    try:
-        import torch
-        from torch.distributed.elastic.timer import FileTimerServer
-    except Exception as e:
-        print(f"SKIPPED: {sys.executable} cannot import torch.distributed.elastic.timer ({e!r})")
-        sys.exit(SKIP_CODE)
-    print(f"torch {torch.__version__}", flush=True)
+    FileTimerServer = require_torch_timer().FileTimerServer
     errors = Errors()
     logging.getLogger().addHandler(errors)
     c = Checks()

@@ -31,6 +31,19 @@ def require_torch():
     return dist
 
 
+def require_torch_timer():
+    """Returns torch.distributed.elastic.timer, or exits with SKIP_CODE saying why it is
+    unavailable."""
+    try:
+        import torch
+        from torch.distributed.elastic import timer
+    except Exception as e:
+        print(f"SKIPPED: {sys.executable} cannot import torch.distributed.elastic.timer ({e!r})")
+        sys.exit(SKIP_CODE)
+    print(f"torch {torch.__version__}", flush=True)
+    return timer
+
+
 def short(value, limit=160):
     """repr() cut to `limit` characters, for log lines about long values."""
     r = repr(value)
@@ -74,8 +87,12 @@ class Checks:
         print(f"FAIL  {what}: did not raise {exc_type.__name__}", flush=True)
 
     def finish(self):
+        """Exits 1 when a check failed, or when none was made (a test that asserts nothing
+        cannot fail); else 0."""
         print(f"{self.count - self.failures}/{self.count} checks passed", flush=True)
-        sys.exit(1 if self.failures else 0)
+        if self.count == 0:
+            print("FAIL  no check was made: a test that asserts nothing cannot fail", flush=True)
+        sys.exit(1 if self.failures or self.count == 0 else 0)
 
 
 def read_line(pipe, timeout):

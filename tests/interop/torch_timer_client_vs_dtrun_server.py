@@ -25,7 +25,7 @@ import time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from interop_util import Checks, SKIP_CODE, poll_until  # noqa: E402
+from interop_util import Checks, poll_until, require_torch_timer  # noqa: E402
 
 # A client: imports torch (seconds on a loaded machine), says "ready", waits for "go" on stdin, then does MODE with torch's FileTimerClient.
 CLIENT = r"""
@@ -140,13 +140,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--probe", required=True)
     args = parser.parse_args()
-    try:
-        from torch.distributed.elastic import timer  # noqa: F401
-        import torch
-    except Exception as e:
-        print(f"SKIPPED: {sys.executable} cannot import torch.distributed.elastic.timer ({e!r})")
-        sys.exit(SKIP_CODE)
-    print(f"torch {torch.__version__}", flush=True)
+    require_torch_timer()
     c = Checks()
     probe = Probe(args.probe)
 

@@ -188,7 +188,10 @@ RendezvousSettings settings(int min, int max) {
   s.minNodes = min;
   s.maxNodes = max;
   s.joinTimeout = 30s;
-  s.lastCallTimeout = 200ms;
+  // Longer than any case: a round closes when MAX (or the count a new round expects) have
+  // joined, never because one thread of a loaded machine came late. The case about the last
+  // call sets its own.
+  s.lastCallTimeout = 25s;
   return s;
 }
 
@@ -227,12 +230,24 @@ TEST_CASE("rendezvous: adversarial interleavings keep every invariant", "[rdzv]"
 }
 
 TEST_CASE("rendezvous: min < max closes after last call with the nodes that came", "[rdzv]") {
+  // Two nodes join with a last call far longer than the test; the third comes once both are
+  // in (whatever the machine's load) and closes the round 200 ms after it saw the minimum: with
+  // all three, and without waiting for the two others' last call or for MAX.
   auto shared = std::make_shared<InMemoryStore>();
   std::vector<Node> nodes;
-  std::vector<int> nprocs{2, 2, 2};
-  for (int i = 0; i < 3; ++i) nodes.push_back(makeNode(shared, i, 2, settings(2, 5), 0));
-  auto infos = joinAll(nodes);
-  checkRound(infos, nprocs);
+  for (int i = 0; i < 2; ++i) nodes.push_back(makeNode(shared, i, 2, settings(2, 5), 0));
+  std::vector<RoundInfo> infos(3);
+  std::vector<std::thread> first;
+  for (int i = 0; i < 2; ++i) first.emplace_back([&, i] { infos[i] = nodes[i].rdzv->join(); });
+  // The round's join counter packs nodes << 32 | processes.
+  const auto joinKey = DynamicRendezvous::roundKey(0, "join");
+  CHECK(pollUntil([&] { return (nodes[0].store->add(joinKey, 0) >> 32) == 2; }));
+  auto quick = settings(2, 5);
+  quick.lastCallTimeout = 200ms;
+  Node third = makeNode(shared, 2, 2, quick, 0);
+  infos[2] = third.rdzv->join();
+  for (auto& t : first) t.join();
+  checkRound(infos, {2, 2, 2});
   CHECK(infos[0].groupWorldSize == 3);
   CHECK(infos[0].worldSize == 6);
 }
@@ -391,9 +406,12 @@ TEST_CASE("rendezvous: a node that dies half-way through ending a round stalls n
     CHECK_FALSE(s.final);
     CHECK(nodes[1].store->get(DynamicRendezvous::roundKey(1, "opened"), 1s) ==
           (claimed ? "failure" : "membership"));
+    // Round 1 may have to close by its last call (when the doomed node's `expect` counted
+    // itself): a short one, which cannot close early, since its MIN is both survivors.
+    auto quick = settings(2, 3);
+    quick.lastCallTimeout = 200ms;
     std::vector<Node> survivors;
-    survivors.push_back(std::move(nodes[1]));
-    survivors.push_back(std::move(nodes[2]));
+    for (int i = 1; i <= 2; ++i) survivors.push_back(makeNode(shared, i, 1, quick, 0));
     auto round1 = joinAll(survivors);
     checkRound(round1, {1, 1});
     CHECK(round1[0].round == 1);

@@ -7,6 +7,8 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "common/error.h"
@@ -26,16 +28,29 @@ using dtrun::rendezvous::test::ServerThread;
 
 namespace {
 
+// Throws (Catch2's assertions are for the test's own thread) unless `n` calls are blocked in
+// `store` within the deadline.
+void waitForWaiters(InMemoryStore& store, int n) {
+  if (!dtrun::test::pollUntil([&] { return store.blockedWaiters() == n; })) {
+    throw std::runtime_error("the store never had " + std::to_string(n) + " blocked waiter(s)");
+  }
+}
+
+// Every factory has untilWaiting(n): returns once n calls are blocked in the store waiting for
+// a key, so that a case that tests waking a waiter writes only after the waiter is in place
+// (else the waiter may simply find the key and the wake-up goes untested).
 struct InMemoryFactory {
   static constexpr bool kHasAppend = true;
   std::shared_ptr<InMemoryStore> shared = std::make_shared<InMemoryStore>();
   std::shared_ptr<Store> make() { return shared; }
+  void untilWaiting(int n) { waitForWaiters(*shared, n); }
 };
 
 struct PrefixFactory {
   static constexpr bool kHasAppend = true;
   std::shared_ptr<InMemoryStore> shared = std::make_shared<InMemoryStore>();
   std::shared_ptr<Store> make() { return std::make_shared<PrefixStore>("job/7", shared); }
+  void untilWaiting(int n) { waitForWaiters(*shared, n); }
 };
 
 template <wire::Dialect D>
@@ -50,6 +65,9 @@ struct TcpFactory {
     o.timeout = 20s;
     return std::make_shared<TcpStore>(o);
   }
+  // StoreServer does not tell how many WAITs it holds, so over TCP the write may still come
+  // first; the in-memory factories, which share StoreCore with the server, do wait.
+  void untilWaiting(int) {}
 };
 using Tcp2Factory = TcpFactory<wire::Dialect::kTorch2>;
 using Tcp113Factory = TcpFactory<wire::Dialect::kTorch113>;
@@ -98,10 +116,16 @@ TEMPLATE_TEST_CASE("store contract", "[store]", InMemoryFactory, PrefixFactory, 
     std::string msg = errorText([&] { a->get("late-key", 100ms); });
     CHECK_THAT(msg, Contains("late-key") && Contains("ms"));
     CHECK_THROWS_AS(a->get("late-key", 100ms), dtrun::TimeoutError);
-    Background writer([&] { b->set("late-key", "here"); });
+    Background writer([&] {
+      factory.untilWaiting(1);
+      b->set("late-key", "here");
+    });
     CHECK(a->get("late-key", 20s) == "here");
     writer.join();
-    CHECK(a->get("late-key", Store::kNoTimeout) == "here");
+    {
+      dtrun::test::Watchdog bound(20s, "a get without a timeout of a key that exists");
+      CHECK(a->get("late-key", Store::kNoTimeout) == "here");
+    }
     // The handle that timed out is still usable, and no stale reply is left in its stream.
     CHECK(a->add("after-timeout", 1) == 1);
   }
@@ -156,6 +180,7 @@ TEMPLATE_TEST_CASE("store contract", "[store]", InMemoryFactory, PrefixFactory, 
 
   SECTION("compareSet that creates a key wakes its waiter") {
     Background waiter([&] { b->wait({"cas-wake"}, 20s); });
+    factory.untilWaiting(1);
     a->compareSet("cas-wake", "", "v");
     waiter.join();
     CHECK(b->check({"cas-wake"}));
@@ -174,12 +199,19 @@ TEMPLATE_TEST_CASE("store contract", "[store]", InMemoryFactory, PrefixFactory, 
 
   SECTION("wait without a timeout returns once every key exists") {
     a->set("w0", "x");
-    a->wait({"w0"}, Store::kNoTimeout);  // present: returns at once
+    {
+      dtrun::test::Watchdog bound(20s, "a wait without a timeout for a key that exists");
+      a->wait({"w0"}, Store::kNoTimeout);  // present: returns at once
+    }
     Background writer([&] {
+      factory.untilWaiting(1);
       b->set("w1", "1");
       b->set("w2", "2");
     });
-    a->wait({"w1", "w2"}, Store::kNoTimeout);
+    {
+      dtrun::test::Watchdog bound(20s, "a wait without a timeout for keys another handle sets");
+      a->wait({"w1", "w2"}, Store::kNoTimeout);
+    }
     writer.join();
     CHECK(a->check({"w1", "w2"}));
   }
@@ -212,7 +244,7 @@ TEMPLATE_TEST_CASE("store contract", "[store]", InMemoryFactory, PrefixFactory, 
 
   SECTION("numKeys counts keys; overwrites do not add") {
     const auto base = a->numKeys();
-    CHECK(base >= 0);
+    CHECK(base == 0);  // a fresh store holds no key
     a->set("n1", "x");
     a->set("n2", "x");
     a->set("n2", "y");
@@ -235,6 +267,7 @@ TEMPLATE_TEST_CASE("store contract", "[store]", InMemoryFactory, PrefixFactory, 
       CHECK(a->add("still-works", 1) == 1);
     } else {
       Background waiter([&] { b->wait({"log"}, 20s); });
+      factory.untilWaiting(1);
       a->append("log", "ab");
       waiter.join();
       b->append("log", std::string("\0c", 2));
@@ -254,7 +287,10 @@ TEMPLATE_TEST_CASE("store contract", "[store]", InMemoryFactory, PrefixFactory, 
           std::vector<Bytes>{std::string("\0", 1), "one", "", "one"});
     CHECK(b->multiGet({}, 1s).empty());
     CHECK_THROWS_AS(b->multiGet({"m1", "m4"}, 100ms), dtrun::TimeoutError);
-    Background writer([&] { a->set("m4", "four"); });
+    Background writer([&] {
+      factory.untilWaiting(1);
+      a->set("m4", "four");
+    });
     CHECK(b->multiGet({"m4", "m1"}, 20s) == std::vector<Bytes>{"four", "one"});
     writer.join();
   }
@@ -262,6 +298,7 @@ TEMPLATE_TEST_CASE("store contract", "[store]", InMemoryFactory, PrefixFactory, 
   SECTION("multiSet sets every key, wakes waiters, and refuses mismatched lengths") {
     a->set("s2", "old");
     Background waiter([&] { b->wait({"s1", "s2", "s3"}, 20s); });
+    factory.untilWaiting(1);
     a->multiSet({"s1", "s2", "s3"}, {"1", "2", std::string("\0", 1)});
     waiter.join();
     CHECK(b->multiGet({"s1", "s2", "s3"}, 1s) ==
@@ -281,6 +318,7 @@ TEMPLATE_TEST_CASE("store contract", "[store]", InMemoryFactory, PrefixFactory, 
     CHECK_THAT(msg, Contains("wc") && Contains("ms"));
     CHECK(a->add("after", 1) == 1);
     Background writer([&] {
+      factory.untilWaiting(1);
       b->set("wc", "1");  // the same value again: not a change
       b->add("wc", 1);
     });
@@ -304,6 +342,7 @@ TEMPLATE_TEST_CASE("store contract", "[store]", InMemoryFactory, PrefixFactory, 
       });
     });
     CHECK(dtrun::test::pollUntil([&] { return a->add("ready", 0) == kWaiters; }));
+    factory.untilWaiting(kWaiters);
     a->set("go", "now");
     waiters.join();
     CHECK(woke == kWaiters);

@@ -1,9 +1,10 @@
 // The TCPStore wire codec: golden bytes for every operation in both opcode tables, round trips,
 // dialect detection, incremental decoding, limits and unknown opcodes.
 //
-// The golden frames are written out by hand from reference/torchrun-spec.md §3 (not produced by
-// the encoder under test): one opcode byte, u64 little-endian lengths before keys and values,
-// i64 numbers, u32 words.
+// The golden frames are written out by hand from torch's TCPStore sources (not produced by the
+// encoder under test; torch/csrc/distributed/c10d/TCPStore.cpp, TCPStoreBackend.cpp and 1.13's
+// TCPStore.cpp for the older opcode table): one opcode byte, u64 little-endian lengths before keys
+// and values, i64 numbers, u32 words.
 #include "rendezvous/wire.h"
 
 #include <catch2/catch.hpp>

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Starts a throw-away local Slurm cluster (munged, slurmctld, one slurmd per node) under $1, with
-# no systemd, following shared/reference/slurm-local.md. Everything it writes (config, state,
+# no systemd (docs/slurm.md, "Testing it locally"). Everything it writes (config, state,
 # logs, key, sockets, PID files) stays in that directory; cluster_down.sh stops it by PID file.
 #
 #   cluster_up.sh DIR [NODES]     NODES=1: one node named after this host; NODES>1: n1..nNODES,
@@ -26,7 +26,7 @@ for tool in munged mungekey slurmctld slurmd scontrol sinfo sbatch srun python3;
 done
 
 # slurmd starts every task as the job's user and slurmstepd must be able to switch to it; the
-# recipe (shared/reference/slurm-local.md) was checked as root only.
+# set-up (docs/slurm.md, "Testing it locally") was checked as root only.
 [ "$(id -u)" = 0 ] || skip "a local slurmd needs root (running as $(id -un))"
 H=$(hostname -s)
 mkdir -p "$D"/{state,log,munge}

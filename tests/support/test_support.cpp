@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -53,6 +54,40 @@ bool processAlive(int pid) {
   auto close = line.rfind(')');
   if (close == std::string::npos || close + 2 >= line.size()) return false;
   return line[close + 2] != 'Z';
+}
+
+std::vector<std::string> envEntries(
+    std::map<std::string, std::string> vars,
+    const std::map<std::string, std::optional<std::string>>& overlay) {
+  for (const auto& [k, v] : overlay) {
+    if (v) {
+      vars[k] = *v;
+    } else {
+      vars.erase(k);
+    }
+  }
+  std::vector<std::string> entries;
+  for (const auto& [k, v] : vars) entries.push_back(k + "=" + v);
+  return entries;
+}
+
+Watchdog::Watchdog(std::chrono::milliseconds timeout, std::string what)
+    : thread_([this, timeout, what = std::move(what)] {
+        std::unique_lock lock(mutex_);
+        if (disarmed_.wait_for(lock, timeout, [this] { return done_; })) return;
+        std::fprintf(stderr, "FAILED: %s did not finish within %lld ms (test watchdog)\n",
+                     what.c_str(), static_cast<long long>(timeout.count()));
+        std::fflush(stderr);
+        std::_Exit(1);
+      }) {}
+
+Watchdog::~Watchdog() {
+  {
+    std::lock_guard lock(mutex_);
+    done_ = true;
+  }
+  disarmed_.notify_all();
+  thread_.join();
 }
 
 }  // namespace dtrun::test

@@ -16,7 +16,8 @@ using dtrun::worker::WorkerEnv;
 using dtrun::worker::WorkerEnvError;
 using Vars = std::map<std::string, std::string>;
 
-// The environment of torchrun-spec §2.1's example, for rank 1 of 2.
+// The environment torchrun's _start_workers (torch/distributed/
+// elastic/agent/server/local_elastic_agent.py) gives rank 1 of 2.
 Vars torchrunExample() {
   return {{"GROUP_RANK", "0"},
           {"GROUP_WORLD_SIZE", "1"},

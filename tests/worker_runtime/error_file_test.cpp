@@ -65,7 +65,8 @@ TEST_CASE("error records round-trip", "[worker][error_file]") {
 }
 
 TEST_CASE("error files written by torch parse", "[worker][error_file]") {
-  // As torch's @record writes it (torchrun-spec §5.9), and after the agent added errorCode.
+  // As torch's @record writes it (torch/distributed/elastic/multiprocessing/
+  // errors/error_handler.py), and after the agent added errorCode.
   ErrorRecord r = parseErrorRecord(
       R"({"message": {"message": "RuntimeError: boom", "extraInfo": {"py_callstack": )"
       R"("Traceback (most recent call last):\n  File \"t.py\", line 3\nRuntimeError: boom\n", )"

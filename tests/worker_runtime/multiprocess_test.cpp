@@ -229,9 +229,8 @@ TEST_CASE("a restart gets a fresh namespace", "[worker][multiprocess][nccl]") {
 TEST_CASE("without a GPU the NCCL path fails with a clear error", "[worker][multiprocess][nccl]") {
   std::string why;
   if (gpuPresent(&why)) {
-    WARN("SKIPPED: this machine has a GPU (" << why
-                                             << "); the [.gpu] test covers communicator creation");
-    return;
+    DTRUN_SKIP("this machine has a GPU (" << why
+                                          << "); the [.gpu] test covers communicator creation");
   }
   StoreProcess store;
   auto children = spawn(2, 2, store.port(), 0, {"nccl-comm"});
@@ -256,8 +255,7 @@ TEST_CASE("without a GPU the NCCL path fails with a clear error", "[worker][mult
 TEST_CASE("peers learn at once that rank 0 could not make the id", "[worker][multiprocess][nccl]") {
   std::string why;
   if (gpuPresent(&why)) {
-    WARN("SKIPPED: this machine has a GPU (" << why << ")");
-    return;
+    DTRUN_SKIP("this machine has a GPU (" << why << ")");
   }
   // Rank 0 fails its device check and publishes that; a peer that only fetches the id (which
   // needs no GPU) fails with rank 0's words, long before its 60 s timeout.
@@ -278,8 +276,7 @@ TEST_CASE("peers learn at once that rank 0 could not make the id", "[worker][mul
 TEST_CASE("createCommunicator on a GPU (world size 1)", "[.gpu][worker][nccl]") {
   std::string why;
   if (!gpuPresent(&why)) {
-    WARN("SKIPPED: no GPU here (" << why << ")");
-    return;
+    DTRUN_SKIP("no GPU here (" << why << ")");
   }
   StoreProcess store;
   auto children = spawn(1, 1, store.port(), 0, {"nccl-comm"});

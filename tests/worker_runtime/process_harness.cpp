@@ -12,6 +12,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "tests/support/test_support.h"
+
 #ifndef DTRUN_BIN
 #error "DTRUN_BIN must name the dtrun executable"
 #endif
@@ -157,31 +159,23 @@ void StoreProcess::kill() {
 
 std::vector<std::string> workerEnv(int rank, int world, int perNode, std::uint16_t port, int round,
                                    const std::map<std::string, std::optional<std::string>>& extra) {
-  std::map<std::string, std::string> vars = {
-      {"RANK", std::to_string(rank)},
-      {"LOCAL_RANK", std::to_string(rank % perNode)},
-      {"WORLD_SIZE", std::to_string(world)},
-      {"LOCAL_WORLD_SIZE", std::to_string(perNode)},
-      {"GROUP_RANK", std::to_string(rank / perNode)},
-      {"GROUP_WORLD_SIZE", std::to_string((world + perNode - 1) / perNode)},
-      {"ROLE_NAME", "default"},
-      {"MASTER_ADDR", "127.0.0.1"},
-      {"MASTER_PORT", std::to_string(port)},
-      {"TORCHELASTIC_USE_AGENT_STORE", "True"},
-      {"TORCHELASTIC_RESTART_COUNT", std::to_string(round)},
-      {"TORCHELASTIC_MAX_RESTARTS", "3"},
-      {"TORCHELASTIC_RUN_ID", "worker-runtime-test"},
-  };
-  for (const auto& [k, v] : extra) {
-    if (v) {
-      vars[k] = *v;
-    } else {
-      vars.erase(k);
-    }
-  }
-  std::vector<std::string> env;
-  for (const auto& [k, v] : vars) env.push_back(k + "=" + v);
-  return env;
+  return envEntries(
+      {
+          {"RANK", std::to_string(rank)},
+          {"LOCAL_RANK", std::to_string(rank % perNode)},
+          {"WORLD_SIZE", std::to_string(world)},
+          {"LOCAL_WORLD_SIZE", std::to_string(perNode)},
+          {"GROUP_RANK", std::to_string(rank / perNode)},
+          {"GROUP_WORLD_SIZE", std::to_string((world + perNode - 1) / perNode)},
+          {"ROLE_NAME", "default"},
+          {"MASTER_ADDR", "127.0.0.1"},
+          {"MASTER_PORT", std::to_string(port)},
+          {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+          {"TORCHELASTIC_RESTART_COUNT", std::to_string(round)},
+          {"TORCHELASTIC_MAX_RESTARTS", "3"},
+          {"TORCHELASTIC_RUN_ID", "worker-runtime-test"},
+      },
+      extra);
 }
 
 }  // namespace dtrun::test

@@ -1,5 +1,6 @@
-// The worker environment that torchrun and dtrun give every worker (torchrun-spec §2.1), read
-// once into a WorkerEnv. parseWorkerEnv is the one function that knows the variable names.
+// The worker environment that torchrun and dtrun give every worker (_start_workers in
+// torch/distributed/elastic/agent/server/local_elastic_agent.py), read once into a WorkerEnv.
+// parseWorkerEnv is the one function that knows the variable names.
 #pragma once
 
 #include <cstdint>

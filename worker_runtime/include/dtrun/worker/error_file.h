@@ -1,5 +1,6 @@
-// Error files in torch's format (torchrun-spec §5.9), so that dtrun's failure report (and
-// torchrun's) shows a native worker's error with its message and time:
+// Error files in torch's format
+// (torch/distributed/elastic/multiprocessing/errors/error_handler.py), so that dtrun's failure
+// report (and torchrun's) shows a native worker's error with its message and time:
 //
 //   {"message": {"message": "std::runtime_error: boom",
 //                "extraInfo": {"py_callstack": "<stack>", "timestamp": "1700000000"}}}
