@@ -1,6 +1,6 @@
 // DynamicRendezvous: dtrun's c10d-style rendezvous, plus the job-wide state every agent shares.
 //
-// Joining costs O(1) store round trips per node (DESIGN.md, decision 2): one ADD on the round's
+// Joining costs O(1) store round trips per node (docs/design.md, decision 2): one ADD on the round's
 // counter, which packs `nodes << 32 | procs`, hands each node its group rank and its global rank
 // offset at once; the round closes with one COMPARE_SET of its `closed` key, whose value is the
 // counter as it stood then. A node whose index is past the closed count waits for the next
