@@ -21,7 +21,9 @@ void StoreConnection::close() {
   closed_ = true;
   out_.clear();
   inFlight_ = 0;
-  account();  // gives this connection's bytes back
+  total_.held -= accounted_;  // gives this connection's bytes back
+  accounted_ = 0;
+  core_.setExternalBytes(total_.held);
   try {
     core_.dropClient(id_);
   } catch (...) {

@@ -165,7 +165,7 @@ class RequestDecoder {
   /// True while a request has started arriving and is not complete.
   bool midRequest() const { return reader_.active() || !detect_.empty(); }
   /// Bytes the request being received holds (what Limits::maxRequestBytes bounds).
-  std::size_t buffered() const { return reader_.buffered() + detect_.size(); }
+  std::size_t buffered() const { return midRequest() ? reader_.buffered() + detect_.size() : 0; }
   /// Bytes of the request being received that have arrived (its frame so far).
   std::size_t received() const { return received_ + detect_.size(); }
 
