@@ -53,7 +53,8 @@ bool WarningLimiter::allow(const std::string& kind, Clock::time_point now, std::
   Kind& k = it->second;
   if (fresh) k.windowStart = now;
   if (now - k.windowStart >= window_) {
-    if (k.suppressed > 0 && summary) *summary = summaryLine(kind, k.suppressed, now - k.windowStart);
+    if (k.suppressed > 0 && summary)
+      *summary = summaryLine(kind, k.suppressed, now - k.windowStart);
     k = Kind{now, 0, 0};
   }
   if (k.lines < burst_) {

@@ -1,7 +1,5 @@
 #include "launcher/args.h"
 
-#include "launcher/store_command.h"
-
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -10,6 +8,8 @@
 #include <csignal>
 #include <string_view>
 #include <system_error>
+
+#include "launcher/store_command.h"
 
 namespace dtrun::launcher {
 namespace {

@@ -91,7 +91,8 @@ StoreArgs parse(const std::vector<std::string>& args,
                            "max_reply_size", "memory_quota", "frame_timeout", "max_connections"}) {
     if (const auto* g = p.value(dest)) applyStoreConfKey(a.server, g->source, dest, g->value);
   }
-  if (auto backlog = p.integer("backlog", 1, 1 << 30)) a.server.backlog = static_cast<int>(*backlog);
+  if (auto backlog = p.integer("backlog", 1, 1 << 30))
+    a.server.backlog = static_cast<int>(*backlog);
   if (auto burst = p.integer("warning_burst", 1, 1 << 20)) {
     a.server.warningBurst = static_cast<std::size_t>(*burst);
   }

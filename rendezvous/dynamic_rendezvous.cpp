@@ -350,7 +350,8 @@ void DynamicRendezvous::logWaiting(std::int64_t round, int joined, Clock::time_p
     }
   } else if (round > 0 && joined <= kRosterLimit &&
              store_->check({roundKey(round - 1, "closed")})) {
-    const int before = joinedNodes(number(roundKey(round - 1, "closed"), store_->get(roundKey(round - 1, "closed"), kSlice)));
+    const int before = joinedNodes(
+        number(roundKey(round - 1, "closed"), store_->get(roundKey(round - 1, "closed"), kSlice)));
     if (before <= kRosterLimit) {
       for (const auto& n : roster(round - 1, before)) {
         const bool back = std::any_of(came.begin(), came.end(), [&](const NodeInfo& c) {
@@ -434,17 +435,18 @@ bool DynamicRendezvous::advance(std::int64_t round, AdvanceReason reason, int ma
   const bool decidedHere = claim == mine;
   const bool failure = claim.rfind("failure ", 0) == 0;
   // Who will be back: the members still connected plus the nodes that came too late.
-  const std::int64_t closed = store_->check({roundKey(round, "closed")})
-                                  ? number(roundKey(round, "closed"), store_->get(roundKey(round, "closed"), kSlice))
-                                  : 0;
+  const std::int64_t closed =
+      store_->check({roundKey(round, "closed")})
+          ? number(roundKey(round, "closed"), store_->get(roundKey(round, "closed"), kSlice))
+          : 0;
   const std::int64_t back =
       joinedNodes(closed) - counter(goneKey(round)) + counter(roundKey(round, "waiting"));
   if (failure) {
     // This round's count is fixed once (r<R>/restarts); the job-wide counter only ever rises to
     // it, so a late helper of an older round cannot lower it.
     const std::int64_t restarts = number(
-        roundKey(round, "restarts"),
-        store_->compareSet(roundKey(round, "restarts"), "", std::to_string(counter("restarts") + 1)));
+        roundKey(round, "restarts"), store_->compareSet(roundKey(round, "restarts"), "",
+                                                        std::to_string(counter("restarts") + 1)));
     for (std::int64_t now = counter("restarts"); now < restarts;) {
       const Bytes seen =
           store_->compareSet("restarts", std::to_string(now), std::to_string(restarts));

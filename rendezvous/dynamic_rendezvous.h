@@ -1,9 +1,9 @@
 // DynamicRendezvous: dtrun's c10d-style rendezvous, plus the job-wide state every agent shares.
 //
-// Joining costs O(1) store round trips per node (docs/design.md, decision 2): one ADD on the round's
-// counter, which packs `nodes << 32 | procs`, hands each node its group rank and its global rank
-// offset at once; the round closes with one COMPARE_SET of its `closed` key, whose value is the
-// counter as it stood then. A node whose index is past the closed count waits for the next
+// Joining costs O(1) store round trips per node (docs/design.md, decision 2): one ADD on the
+// round's counter, which packs `nodes << 32 | procs`, hands each node its group rank and its global
+// rank offset at once; the round closes with one COMPARE_SET of its `closed` key, whose value is
+// the counter as it stood then. A node whose index is past the closed count waits for the next
 // round. Keys, all under the job's PrefixStore ("dtrun/<run id>"):
 //
 //   round              the open round (a counter; moved only by the winner of `advance`)

@@ -96,9 +96,8 @@ void StoreConnection::account() {
 void StoreConnection::admitReply(std::size_t bytes, const wire::Request& req) const {
   if (bytes > maxReplyBytes_) {
     throw StoreRefused("reply of " + std::to_string(bytes) + " bytes to " +
-                       std::to_string(req.keys.size()) +
-                       " keys refused: past the limit of " + std::to_string(maxReplyBytes_) +
-                       " bytes per reply");
+                       std::to_string(req.keys.size()) + " keys refused: past the limit of " +
+                       std::to_string(maxReplyBytes_) + " bytes per reply");
   }
   core_.admit(bytes, "reply");
 }

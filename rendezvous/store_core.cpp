@@ -33,8 +33,7 @@ void StoreCore::admit(std::size_t more, const std::string& what) const {
   if (more > quota_.maxBytes || held > quota_.maxBytes - more) {
     throw StoreRefused(what + " refused: " + std::to_string(more) +
                        " more bytes would pass the store's memory quota of " +
-                       std::to_string(quota_.maxBytes) + " (" + std::to_string(held) +
-                       " held)");
+                       std::to_string(quota_.maxBytes) + " (" + std::to_string(held) + " held)");
   }
 }
 

@@ -1,9 +1,10 @@
 // StoreCore: the key-value map and its waiters, with no I/O.
 //
 // The server drives it from its one thread; InMemoryStore drives it under a mutex. Semantics are
-// torch's libuv TCPStore backend (torch/csrc/distributed/c10d/TCPStoreLibUvBackend.cpp): ADD keeps decimal text,
-// COMPARE_SET on a missing key with non-empty `expected` returns `expected` and stores nothing,
-// every write (SET, ADD, APPEND, MULTI_SET, COMPARE_SET, BARRIER) wakes the key's waiters.
+// torch's libuv TCPStore backend (torch/csrc/distributed/c10d/TCPStoreLibUvBackend.cpp): ADD keeps
+// decimal text, COMPARE_SET on a missing key with non-empty `expected` returns `expected` and
+// stores nothing, every write (SET, ADD, APPEND, MULTI_SET, COMPARE_SET, BARRIER) wakes the key's
+// waiters.
 //
 // Every write is checked before it changes anything: a value past `maxValueSize` (APPEND's result
 // included) or a store past its memory quota is refused with StoreRefused and the store is left

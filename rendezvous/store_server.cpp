@@ -197,12 +197,12 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
     }
     const auto frameTimeout = server_.options_.frameTimeout;
     if (conn_.midRequest() && frameTimeout.count() > 0 && now - requestStarted_ >= frameTimeout) {
-      closeBecause("timeout", "a request begun " +
-                                  std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
-                                                     now - requestStarted_)
-                                                     .count()) +
-                                  " s ago is still incomplete (" +
-                                  std::to_string(conn_.receivedRequest()) + " bytes)");
+      closeBecause(
+          "timeout",
+          "a request begun " +
+              std::to_string(
+                  std::chrono::duration_cast<std::chrono::seconds>(now - requestStarted_).count()) +
+              " s ago is still incomplete (" + std::to_string(conn_.receivedRequest()) + " bytes)");
       return;
     }
     armTimer();
@@ -275,7 +275,8 @@ void StoreServer::start() {
     // Opened here with SOCK_CLOEXEC (Asio's open() would leave it inheritable).
     int fd = ::socket(ep.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
-      throw boost::system::system_error(boost::system::error_code(errno, boost::system::system_category()));
+      throw boost::system::system_error(
+          boost::system::error_code(errno, boost::system::system_category()));
     }
     acceptor_.assign(ep.protocol(), fd);
     acceptor_.set_option(tcp::acceptor::reuse_address(true));
@@ -356,9 +357,10 @@ void StoreServer::refuse(int fd, const std::string& why) {
   std::string peer = "unknown peer";
   char text[INET6_ADDRSTRLEN] = {};
   if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    const void* a = addr.ss_family == AF_INET
-                        ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&addr)->sin_addr)
-                        : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&addr)->sin6_addr);
+    const void* a =
+        addr.ss_family == AF_INET
+            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&addr)->sin_addr)
+            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&addr)->sin6_addr);
     if (::inet_ntop(addr.ss_family, a, text, sizeof(text))) peer = text;
   }
   ::close(fd);

@@ -2,12 +2,12 @@
 //
 // Ownership follows asio's http server example: StoreServer owns the acceptor, the session
 // registry and the StoreCore; each Session owns one socket and its buffers. All of it is touched
-// only on the io_context's thread, so there are no mutexes. The protocol itself is StoreConnection's
-// (no I/O); a session adds the socket, the timers and the logs. A session that sends a malformed,
-// truncated, oversized or unknown request, asks for more than the limits allow, or makes serving
-// it fail in any way (an exception, std::bad_alloc included) is closed with one rate-limited log
-// line naming the peer; everyone else carries on, and no exception leaves a handler, so the
-// thread running the io_context (the agent's hosted store) never dies of a client
+// only on the io_context's thread, so there are no mutexes. The protocol itself is
+// StoreConnection's (no I/O); a session adds the socket, the timers and the logs. A session that
+// sends a malformed, truncated, oversized or unknown request, asks for more than the limits allow,
+// or makes serving it fail in any way (an exception, std::bad_alloc included) is closed with one
+// rate-limited log line naming the peer; everyone else carries on, and no exception leaves a
+// handler, so the thread running the io_context (the agent's hosted store) never dies of a client
 // (docs/store.md).
 #pragma once
 
@@ -44,7 +44,7 @@ struct StoreServerOptions {
   /// counted and the count logged when the window ends.
   std::size_t warningBurst = 5;
   std::chrono::milliseconds warningWindow = std::chrono::seconds(5);
-  int backlog = 16384;             ///< listen backlog (the kernel caps it at somaxconn)
+  int backlog = 16384;  ///< listen backlog (the kernel caps it at somaxconn)
 };
 
 class StoreServer {

@@ -243,8 +243,7 @@ wire::Reply TcpStore::call(const wire::Request& req, const std::string& what) {
     } catch (const ConnectionError& e) {
       if (interrupted_ || lostStateful_ || attempt > 0) throw;
       if (sent && !repeatable(req.op)) {
-        throw MaybeAppliedError(std::string(e.what()) + " after the whole " +
-                                wire::opName(req.op) +
+        throw MaybeAppliedError(std::string(e.what()) + " after the whole " + wire::opName(req.op) +
                                 " was sent: it may or may not have been applied");
       }
       // Nothing was applied twice: the frame never arrived whole, or repeating it is harmless.
@@ -366,8 +365,7 @@ void TcpStore::parkedCall(const wire::Request& req, milliseconds timeout, const 
     } catch (const ConnectionError& e) {
       if (interrupted_ || lostStateful_ || attempt > 0 || Clock::now() >= until) throw;
       if (sent && !repeatable(req.op)) {
-        throw MaybeAppliedError(std::string(e.what()) + " after the whole " +
-                                wire::opName(req.op) +
+        throw MaybeAppliedError(std::string(e.what()) + " after the whole " + wire::opName(req.op) +
                                 " was sent: it may or may not have been applied");
       }
     }
@@ -398,9 +396,9 @@ std::int64_t TcpStore::add(const std::string& k, std::int64_t delta) {
 
 Bytes TcpStore::compareSet(const std::string& k, const Bytes& expected, const Bytes& desired) {
   std::lock_guard lock(mutex_);
-  return std::move(call(makeRequest(Op::kCompareSet, {key(k)}, {expected, desired}),
-                        "compare_set " + key(k))
-                       .values.at(0));
+  return std::move(
+      call(makeRequest(Op::kCompareSet, {key(k)}, {expected, desired}), "compare_set " + key(k))
+          .values.at(0));
 }
 
 bool TcpStore::check(const std::vector<std::string>& keys) {

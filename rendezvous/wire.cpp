@@ -97,14 +97,14 @@ using detail::Program;
 
 // Request arguments by Layout (in Layout's order).
 constexpr std::array<Program, 8> kRequestPrograms = {{
-    {{}, 0, {}, 0},                                                          // kNone
-    {{Field::kWord}, 1, {}, 0},                                              // kWord
-    {{Field::kKey}, 1, {}, 0},                                               // kKey
-    {{Field::kKey, Field::kValue}, 2, {}, 0},                                // kKeyValue
-    {{Field::kKey, Field::kValue, Field::kValue}, 3, {}, 0},                 // kKeyTwoValues
-    {{Field::kKey, Field::kNumber}, 2, {}, 0},                               // kKeyNumber
-    {{Field::kCount}, 1, {Field::kKey}, 1},                                  // kKeyList
-    {{Field::kCount}, 1, {Field::kKey, Field::kValue}, 2},                   // kKeyValueList
+    {{}, 0, {}, 0},                                           // kNone
+    {{Field::kWord}, 1, {}, 0},                               // kWord
+    {{Field::kKey}, 1, {}, 0},                                // kKey
+    {{Field::kKey, Field::kValue}, 2, {}, 0},                 // kKeyValue
+    {{Field::kKey, Field::kValue, Field::kValue}, 3, {}, 0},  // kKeyTwoValues
+    {{Field::kKey, Field::kNumber}, 2, {}, 0},                // kKeyNumber
+    {{Field::kCount}, 1, {Field::kKey}, 1},                   // kKeyList
+    {{Field::kCount}, 1, {Field::kKey, Field::kValue}, 2},    // kKeyValueList
 }};
 
 constexpr Program kNoReply = {{}, 0, {}, 0};
@@ -329,8 +329,9 @@ DecodeStatus RequestDecoder::stepFrame(std::string_view& in, DecodeResult& resul
     const auto code = static_cast<std::uint8_t>(in[0]);
     auto op = opOf(dialect_, code);
     if (!op) {
-      result.error = "unknown opcode " + std::to_string(code) +
-                     (dialect_ == Dialect::kTorch113 ? " (torch 1.13 table)" : " (torch 2.x table)");
+      result.error =
+          "unknown opcode " + std::to_string(code) +
+          (dialect_ == Dialect::kTorch113 ? " (torch 1.13 table)" : " (torch 2.x table)");
       return DecodeStatus::kBad;
     }
     in.remove_prefix(1);

@@ -231,7 +231,6 @@ const char* opName(Op op);
 //   QUEUE_POP: i64 length before the pop, then bytes when it was > 0
 //   LIST_KEYS: i64 count, then that many bytes
 
-
 void encodeStatusReply(std::string* out, std::uint8_t status);
 void encodeWordReply(std::string* out, std::uint32_t word);
 void encodeNumberReply(std::string* out, std::int64_t number);

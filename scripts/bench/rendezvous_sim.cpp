@@ -20,7 +20,7 @@
 // and then, with --read-nodes, reads the other nodes' descriptions: `all` as an earlier dtrun
 // did (CHECK and GET of r0/node/<r> for every r: 2N round trips per joiner, O(N^2) in all; kept
 // to show why it went), `multiget` in one MULTI_GET (one round trip, O(N) bytes each: what dtrun
-// does when roles differ), `none` not at all (the O(1) protocol of DESIGN.md decision 2, which
+// does when roles differ), `none` not at all (the O(1) protocol of docs/design.md decision 2, which
 // dtrun follows when every node has the same role). A real agent spreads these over 3 connections
 // (ops, membership, watch); one connection per joiner keeps 16384 joiners under the descriptor
 // limit.

@@ -271,7 +271,6 @@ class Storm {
 
   std::string key(const std::string& k) const { return "/storm/" + run_ + "/" + k; }
 
-
   sockaddr_in addr_;
   std::vector<Client> clients_;
   std::string run_;

@@ -101,7 +101,8 @@ TEST_CASE("a single-node run with an explicit endpoint port listens on loopback 
   for (const auto& local : listenersOn(port)) {
     INFO("listening on " << local);
     // 127.0.0.1 in /proc's byte order, as IPv4 or IPv4-mapped IPv6; never 0.0.0.0 or ::.
-    CHECK((local.rfind("0100007F:", 0) == 0 || local.rfind("0000000000000000FFFF00000100007F:", 0) == 0));
+    CHECK((local.rfind("0100007F:", 0) == 0 ||
+           local.rfind("0000000000000000FFFF00000100007F:", 0) == 0));
   }
   std::ofstream(dtrun.workDir() / "go").close();
   auto exit = dtrun.wait();

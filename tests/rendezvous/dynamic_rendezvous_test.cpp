@@ -577,7 +577,6 @@ TEST_CASE("rendezvous: a round counter moved by a stranger is refused, not joine
   CHECK(first.rdzv->join().round == 0);
   shared->add("dtrun/job/round", 2);  // what an ADD from anyone who reaches the port does
   auto late = makeNode(shared, 1, 1, settings(1, 1), 0);
-  CHECK_THROWS_WITH(late.rdzv->join(),
-                    Catch::Matchers::Contains("round 2") &&
-                        Catch::Matchers::Contains("moved the round counter"));
+  CHECK_THROWS_WITH(late.rdzv->join(), Catch::Matchers::Contains("round 2") &&
+                                           Catch::Matchers::Contains("moved the round counter"));
 }

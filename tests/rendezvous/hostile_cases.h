@@ -11,10 +11,10 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
-#include <cstring>
-#include <memory>
 #include <cstdint>
+#include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -62,8 +62,8 @@ inline void expectServed(TcpStore& s, const std::string& tag) {
 }
 
 inline std::vector<std::string> hostileCaseNames() {
-  return {"multi_get_amplification", "wait_on_128k_keys",     "multi_set_in_pieces",
-          "multi_set_past_buffer",   "append_past_value_limit", "half_frame_then_silence",
+  return {"multi_get_amplification",  "wait_on_128k_keys",       "multi_set_in_pieces",
+          "multi_set_past_buffer",    "append_past_value_limit", "half_frame_then_silence",
           "add_on_text_with_newline", "flood_of_bad_frames"};
 }
 

@@ -47,8 +47,8 @@ TEST_CASE("hostile: every case against an in-process store", "[store][hostile]")
       }
       if (name == "flood_of_bad_frames") {
         // 300 bad connections: 5 lines, then one count once the 1 s window ends.
-        CHECK(dtrun::test::pollUntil(
-            [&] { return !log.linesWith("more in the last").empty(); }, std::chrono::seconds(30)));
+        CHECK(dtrun::test::pollUntil([&] { return !log.linesWith("more in the last").empty(); },
+                                     std::chrono::seconds(30)));
         server.stop();
         CHECK(log.linesWith("unknown opcode 127").size() == 5);
         CHECK_THAT(log.linesWith("more in the last")[0], Contains("295 more"));
@@ -88,8 +88,8 @@ TEST_CASE("hostile: a StoreConnection turns any failure into a reason to close",
   std::string in = validateFrame() + frame2(Op::kSet, {"k"}, {Bytes(1000, 'x')}) +
                    frame2(Op::kMultiGet, std::vector<std::string>(8, "k"));
   const std::string why = conn.receive(in);
-  CHECK_THAT(why, Contains("MULTI_GET") && Contains("reply of") &&
-                      Contains("past the limit of 4096"));
+  CHECK_THAT(why,
+             Contains("MULTI_GET") && Contains("reply of") && Contains("past the limit of 4096"));
   CHECK(core.find("k")->size() == 1000);
   CHECK_FALSE(conn.hasOutput());  // refused before a byte of the reply was built
   conn.close();

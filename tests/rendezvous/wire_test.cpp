@@ -1,9 +1,9 @@
 // The TCPStore wire codec: golden bytes for every operation in both opcode tables, round trips,
 // dialect detection, incremental decoding, limits and unknown opcodes.
 //
-// The golden frames are written out by hand from torch/csrc/distributed/c10d/TCPStore*.cpp (not produced by
-// the encoder under test): one opcode byte, u64 little-endian lengths before keys and values,
-// i64 numbers, u32 words.
+// The golden frames are written out by hand from torch/csrc/distributed/c10d/TCPStore*.cpp (not
+// produced by the encoder under test): one opcode byte, u64 little-endian lengths before keys and
+// values, i64 numbers, u32 words.
 #include "rendezvous/wire.h"
 
 #include <catch2/catch.hpp>
@@ -550,8 +550,8 @@ TEST_CASE("wire: a request past the bytes a connection may buffer is bad when an
   limits.maxRequestBytes = 1000;
   RequestDecoder d(limits);
   d.setDialect(Dialect::kTorch2);
-  std::string frame = encodeFrame(Dialect::kTorch2, Op::kMultiSet, {"a", "b"},
-                                  {Bytes(600, 'x'), Bytes(600, 'y')});
+  std::string frame =
+      encodeFrame(Dialect::kTorch2, Op::kMultiSet, {"a", "b"}, {Bytes(600, 'x'), Bytes(600, 'y')});
   // Cut right after the second value's length: that length alone passes the limit.
   auto r = d.feed(std::string_view(frame).substr(0, 1 + 8 + 9 + 8 + 600 + 9 + 8));
   CHECK(r.status == DecodeStatus::kBad);
