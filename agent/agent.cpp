@@ -293,7 +293,8 @@ void Agent::routeStreams(const rendezvous::RoundInfo& round, int lr, SpawnSpec& 
       if (file.empty()) {
         childFd = -1;  // --log-dir /dev/null: nowhere to redirect to; keep the console
       } else {
-        UniqueFd fd(::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+        UniqueFd fd(
+            ::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600));
         if (!fd) throw Error("cannot open " + file + ": " + std::strerror(errno));
         childFd = fd.get();
         childEnds.push_back(std::move(fd));

@@ -35,10 +35,14 @@ std::string formatUtcIso8601Ms(std::chrono::system_clock::time_point when) {
 
 EventLog::EventLog(const std::string& path, int consoleFd) : consoleFd_(consoleFd), path_(path) {
   if (path.empty()) return;
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  // O_NOFOLLOW: a symlink planted at the path is refused, not followed (it could make dtrun
+  // append to any file its user may write); the events are the user's alone (0600).
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd_ < 0) {
-    throw ConfigError("--event-log " + path +
-                      ": cannot open for appending: " + std::strerror(errno));
+    throw ConfigError("--event-log " + path + ": cannot open for appending: " +
+                      (errno == ELOOP ? std::string("it is a symbolic link, which dtrun does not "
+                                                    "follow")
+                                      : std::string(std::strerror(errno))));
   }
 }
 

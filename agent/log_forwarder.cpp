@@ -53,7 +53,9 @@ bool writeAll(int fd, std::string_view data) {
 }
 
 UniqueFd openAppend(const std::string& path, const char* what) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  // Never through a symlink planted where a log file belongs; job output is readable by the
+  // user alone (docs/store.md, "Descriptors and exposure").
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) {
     throw Error(std::string("cannot open ") + what + " " + path + ": " + std::strerror(errno));
   }

@@ -13,49 +13,23 @@ namespace dtrun::agent {
 namespace wire = rendezvous::wire;
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-// Replies dtrun's server sends to what this channel asks (the layouts are wire.h's).
-constexpr std::size_t kMaxValue = 64 * 1024 * 1024;
-
-template <typename T>
-bool fixed(std::string_view in, T* v, std::size_t* used) {
-  if (in.size() < sizeof(T)) return false;
-  std::memcpy(v, in.data(), sizeof(T));  // little-endian hosts, as the wire codec
-  *used = sizeof(T);
-  return true;
-}
-
-// A PING carrying this process's pid as its nonce.
-wire::Request pingRequest() {
-  wire::Request req;
-  req.op = wire::Op::kPing;
-  req.word = static_cast<std::uint32_t>(::getpid());
-  return req;
-}
-
-// Reads PING's reply: the nonce echoed back.
-auto pingReply(std::uint32_t nonce) {
-  return [nonce](std::string_view in, std::string* error) -> std::optional<std::size_t> {
-    std::uint32_t echo = 0;
-    std::size_t used = 0;
-    if (!fixed(in, &echo, &used)) return std::nullopt;
-    if (echo != nonce) *error = "PING answered with a different nonce";
-    return used;
-  };
+// Bounds on what dtrun's server may send back (a GET of a counter, a PING's echo).
+wire::Limits replyLimits() {
+  wire::Limits l;
+  l.maxValueSize = 64 * 1024 * 1024;
+  return l;
 }
 
 }  // namespace
 
 struct StoreChannel::State : std::enable_shared_from_this<StoreChannel::State> {
-  // One request: its bytes, how to recognise its complete reply, its deadline, its handler.
-  // parse() returns nullopt while more bytes are needed, else the bytes it used and sets
-  // `error` when the reply is wrong.
+  // One exchange: its bytes (one or more requests), the request whose reply completes it (the
+  // wire module decodes that reply), its deadline and its handler.
   struct Request {
     std::string frame;
-    std::function<std::optional<std::size_t>(std::string_view in, std::string* error)> parse;
+    wire::Request expect;
     std::optional<std::chrono::milliseconds> timeout;
-    std::function<void(const std::string& error)> done;
+    std::function<void(const std::string& error, wire::Reply reply)> done;
   };
 
   State(boost::asio::io_context& io, int fd, std::string address, std::string prefix)
@@ -82,10 +56,15 @@ struct StoreChannel::State : std::enable_shared_from_this<StoreChannel::State> {
   bool closed = false;
   std::string closeReason = "closed";
   std::string in;  // reply bytes received and not yet used
+  wire::ReplyDecoder decoder{replyLimits()};
   char chunk[4096];
 
-  std::string frameOf(wire::Request req) const {
+  /// `req` with the key prefix applied.
+  wire::Request prefixed(wire::Request req) const {
     for (auto& k : req.keys) k = prefix + k;
+    return req;
+  }
+  static std::string frameOf(const wire::Request& req) {
     std::string out;
     wire::encodeRequest(wire::Dialect::kTorch2, req, &out);
     return out;
@@ -95,9 +74,10 @@ struct StoreChannel::State : std::enable_shared_from_this<StoreChannel::State> {
     if (closed) {
       // Never inside the caller's frame: handlers always run later, on the io thread.
       auto done = std::move(r.done);
-      boost::asio::post(
-          socket.get_executor(),
-          [done = std::move(done), why = "store " + address + ": " + closeReason] { done(why); });
+      boost::asio::post(socket.get_executor(),
+                        [done = std::move(done), why = "store " + address + ": " + closeReason] {
+                          done(why, {});
+                        });
       return;
     }
     queue.push_back(std::move(r));
@@ -108,6 +88,7 @@ struct StoreChannel::State : std::enable_shared_from_this<StoreChannel::State> {
     if (busy || closed || queue.empty()) return;
     busy = true;
     Request& r = queue.front();
+    decoder.expect(r.expect);
     if (r.timeout) {
       timer.expires_after(*r.timeout);
       timer.async_wait([self = shared_from_this(), ms = r.timeout->count()](auto ec) {
@@ -127,18 +108,18 @@ struct StoreChannel::State : std::enable_shared_from_this<StoreChannel::State> {
 
   void receive() {
     if (closed) return;
-    std::string error;
-    if (auto used = queue.front().parse(in, &error)) {
-      if (!error.empty()) {
-        fail(error);
-        return;
-      }
-      in.erase(0, *used);
+    auto r = decoder.feed(in);
+    in.erase(0, r.consumed);
+    if (r.status == wire::DecodeStatus::kBad) {
+      fail(r.error);
+      return;
+    }
+    if (r.status == wire::DecodeStatus::kComplete) {
       timer.cancel();
       Request done = std::move(queue.front());
       queue.pop_front();
       busy = false;
-      done.done("");
+      done.done("", std::move(decoder.reply()));
       next();
       return;
     }
@@ -165,7 +146,7 @@ struct StoreChannel::State : std::enable_shared_from_this<StoreChannel::State> {
     socket.close(ignored);
     auto pending = std::move(queue);
     queue.clear();
-    for (auto& r : pending) r.done("store " + address + ": " + why);
+    for (auto& r : pending) r.done("store " + address + ": " + why, {});
   }
 };
 
@@ -178,87 +159,58 @@ StoreChannel::~StoreChannel() { close(); }
 void StoreChannel::close() { state_->fail("closed"); }
 
 void StoreChannel::ping(std::chrono::milliseconds timeout, Done done) {
-  const wire::Request req = pingRequest();
-  state_->submit({state_->frameOf(req), pingReply(req.word), timeout, std::move(done)});
+  auto ping = wire::makeRequest(wire::Op::kPing, {}, {}, 0, static_cast<std::uint32_t>(::getpid()));
+  const std::uint32_t nonce = ping.word;
+  state_->submit({State::frameOf(ping), ping, timeout,
+                  [nonce, done = std::move(done)](const std::string& error, wire::Reply r) {
+                    if (!error.empty()) return done(error);
+                    done(r.word == nonce ? "" : "PING answered with a different nonce");
+                  }});
 }
 
 void StoreChannel::addOnClose(const std::string& key, std::int64_t delta,
                               std::chrono::milliseconds timeout, Done done) {
   // ADD_ON_CLOSE has no reply; the PING sent with it proves the server took it.
-  wire::Request add;
-  add.op = wire::Op::kAddOnClose;
-  add.keys = {key};
-  add.number = delta;
-  const wire::Request ping = pingRequest();
-  state_->submit(
-      {state_->frameOf(add) + state_->frameOf(ping), pingReply(ping.word), timeout, std::move(done)});
+  auto add = state_->prefixed(wire::makeRequest(wire::Op::kAddOnClose, {key}, {}, delta));
+  auto ping = wire::makeRequest(wire::Op::kPing, {}, {}, 0, static_cast<std::uint32_t>(::getpid()));
+  const std::uint32_t nonce = ping.word;
+  state_->submit({State::frameOf(add) + State::frameOf(ping), ping, timeout,
+                  [nonce, done = std::move(done)](const std::string& error, wire::Reply r) {
+                    if (!error.empty()) return done(error);
+                    done(r.word == nonce ? "" : "PING answered with a different nonce");
+                  }});
 }
 
 void StoreChannel::read(const std::string& key, std::chrono::milliseconds timeout,
                         std::function<void(const std::string&, rendezvous::Bytes)> done) {
-  wire::Request req;
-  req.op = wire::Op::kAdd;
-  req.keys = {key};
-  auto value = std::make_shared<std::int64_t>(0);
-  state_->submit({state_->frameOf(req),
-                  [value](std::string_view in, std::string*) -> std::optional<std::size_t> {
-                    std::size_t used = 0;
-                    if (!fixed(in, value.get(), &used)) return std::nullopt;
-                    return used;
-                  },
-                  timeout,
-                  [value, done = std::move(done)](const std::string& error) {
-                    done(error, error.empty() ? std::to_string(*value) : rendezvous::Bytes());
+  auto req = state_->prefixed(wire::makeRequest(wire::Op::kAdd, {key}));
+  state_->submit({State::frameOf(req), req, timeout,
+                  [done = std::move(done)](const std::string& error, wire::Reply r) {
+                    done(error, error.empty() ? std::to_string(r.number) : rendezvous::Bytes());
                   }});
 }
 
 void StoreChannel::waitChange(const std::string& key, const rendezvous::Bytes& old,
                               std::function<void(const std::string&, rendezvous::Bytes)> done) {
-  wire::Request wait;
-  wait.op = wire::Op::kWaitChange;
-  wait.keys = {key};
-  wait.values = {old};
+  auto wait = state_->prefixed(wire::makeRequest(wire::Op::kWaitChange, {key}, {old}));
   auto state = state_;
-  state_->submit({state_->frameOf(wait),
-                  [](std::string_view in, std::string* error) -> std::optional<std::size_t> {
-                    if (in.empty()) return std::nullopt;
-                    if (static_cast<std::uint8_t>(in[0]) != wire::kStopWaiting) {
-                      *error = "WAIT_CHANGE answered " +
-                               std::to_string(static_cast<unsigned char>(in[0]));
-                    }
-                    return 1;
-                  },
-                  std::nullopt,
-                  [state, key, done = std::move(done)](const std::string& error) mutable {
-                    if (!error.empty()) {
-                      done(error, {});
-                      return;
-                    }
-                    // Changed: read the new value (the parked WAIT_CHANGE is answered, so the
-                    // connection is free again).
-                    wire::Request get;
-                    get.op = wire::Op::kGet;
-                    get.keys = {key};
-                    auto value = std::make_shared<rendezvous::Bytes>();
-                    state->submit({state->frameOf(get),
-                                   [value](std::string_view in,
-                                           std::string* err) -> std::optional<std::size_t> {
-                                     std::uint64_t len = 0;
-                                     std::size_t used = 0;
-                                     if (!fixed(in, &len, &used)) return std::nullopt;
-                                     if (len > kMaxValue) {
-                                       *err = "GET reply of " + std::to_string(len) + " bytes";
-                                       return used;
-                                     }
-                                     if (in.size() - used < len) return std::nullopt;
-                                     value->assign(in.data() + used, len);
-                                     return used + len;
-                                   },
-                                   std::nullopt,
-                                   [value, done = std::move(done)](const std::string& err) {
-                                     done(err, err.empty() ? *value : rendezvous::Bytes());
-                                   }});
-                  }});
+  state_->submit(
+      {State::frameOf(wait), wait, std::nullopt,
+       [state, key, done = std::move(done)](const std::string& error, wire::Reply r) mutable {
+         if (!error.empty()) return done(error, {});
+         if (r.status != wire::kStopWaiting) {
+           return done("WAIT_CHANGE answered " + std::to_string(r.status), {});
+         }
+         // Changed: read the new value (the parked WAIT_CHANGE is answered, so the connection
+         // is free again).
+         auto get = state->prefixed(wire::makeRequest(wire::Op::kGet, {key}));
+         state->submit({State::frameOf(get), get, std::nullopt,
+                        [done = std::move(done)](const std::string& err, wire::Reply value) {
+                          done(err, err.empty() && !value.values.empty()
+                                        ? std::move(value.values[0])
+                                        : rendezvous::Bytes());
+                        }});
+       }});
 }
 
 }  // namespace dtrun::agent

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <system_error>
 
+#include "launcher/store_command.h"
+
 namespace dtrun::launcher {
 namespace {
 
@@ -366,6 +368,12 @@ void applyRendezvousConf(agent::RendezvousConfig& r, const std::string& option,
       r.isHost = parseBool(label(key), value);
     } else if (key == "use_libuv") {
       parseBool(label(key), value);  // dtrun's store has one implementation; checked, unused
+    } else if (key.rfind("store_", 0) == 0 && key != "store_type") {
+      // The hosted store's limits (launcher/store_command.h): checked now, applied by the host.
+      rendezvous::StoreServerOptions probe;
+      if (!applyStoreConfKey(probe, label(key), key, value)) {
+        throw UsageError(label(key) + ": unknown store setting (docs/store.md lists them)");
+      }
     } else if (key == "store_type") {
       if (value != "tcp") {
         throw UsageError(label(key) + ": invalid value '" + value + "': dtrun supports only tcp");

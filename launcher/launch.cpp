@@ -25,6 +25,7 @@
 #include "launcher/cli.h"
 #include "launcher/endpoint_check.h"
 #include "launcher/logging.h"
+#include "launcher/store_command.h"
 #include "launcher/torch_probe.h"
 #include "rendezvous/store_server.h"
 
@@ -60,9 +61,20 @@ std::set<std::string> localAddresses() {
 class HostedStore {
  public:
   HostedStore(rendezvous::StoreServerOptions options, std::shared_ptr<spdlog::logger> log)
-      : server_(io_, std::move(options), std::move(log)) {
+      : log_(log), server_(io_, std::move(options), std::move(log)) {
     server_.start();
-    thread_ = std::thread([this] { io_.run(); });
+    thread_ = std::thread([this] {
+      // The server's handlers catch what serving a client throws (docs/store.md); should
+      // anything still escape, the store goes on serving instead of ending the job.
+      for (;;) {
+        try {
+          io_.run();
+          return;
+        } catch (const std::exception& e) {
+          log_->error("store: unexpected error on the store's thread (continuing): {}", e.what());
+        }
+      }
+    });
   }
   ~HostedStore() {
     boost::asio::post(io_, [this] { server_.stop(); });
@@ -80,6 +92,7 @@ class HostedStore {
 
  private:
   boost::asio::io_context io_{1};
+  std::shared_ptr<spdlog::logger> log_;
   rendezvous::StoreServer server_;
   std::thread thread_;
 };
@@ -185,11 +198,22 @@ int runLaunch(const agent::LaunchConfig& parsedConfig, const std::vector<int>& u
   bool host = alone      ? config.agentStore
               : isStatic ? rdzv.nodeRank == 0
                          : rdzv.isHost.value_or(matchesThisMachine(storeHost));
+  // Where the store listens: only a job of several nodes needs every interface. A single-node
+  // job binds loopback, or the one address its endpoint names (docs/store.md, "Exposure").
+  std::string storeBindHost = "0.0.0.0";
+  if (alone || (rdzv.maxNodes == 1 && (storeHost == "localhost" || isLoopbackAddress(storeHost)))) {
+    storeBindHost = "127.0.0.1";
+  } else if (rdzv.maxNodes == 1) {
+    storeBindHost = storeHost;
+  }
   std::unique_ptr<HostedStore> hosted;
   if (host) {
     rendezvous::StoreServerOptions options;
-    options.host = alone ? "127.0.0.1" : "0.0.0.0";
+    options.host = storeBindHost;
     options.port = storePort;
+    for (const auto& [key, value] : rdzv.conf) {
+      applyStoreConfKey(options, "--rdzv-conf " + key, key, value);  // checked when parsed
+    }
     try {
       hosted = std::make_unique<HostedStore>(options, storeLog);
       storePort = hosted->port();
@@ -210,7 +234,7 @@ int runLaunch(const agent::LaunchConfig& parsedConfig, const std::vector<int>& u
   if (!hosted && !alone) warnIfEndpointDoesNotResolve(storeHost, storePort, joinTimeout, *agentLog);
 
   agent::C10dJobOptions jc;
-  jc.store.host = hosted ? "127.0.0.1" : storeHost;
+  jc.store.host = !hosted ? storeHost : storeBindHost == "0.0.0.0" ? "127.0.0.1" : storeBindHost;
   jc.store.port = storePort;
   jc.store.connectTimeout = joinTimeout;
   jc.store.timeout = rdzv.readTimeout;

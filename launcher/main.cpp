@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
   // Writes to a closed pipe (a worker's log reader gone) must fail, not kill the agent.
   ::signal(SIGPIPE, SIG_IGN);
   const std::string sub = argc >= 2 ? argv[1] : "";
-  if (sub == "store") return runStoreCommand(argc - 2, argv + 2);
+  if (sub == "store") return runStoreCommand({argv + 2, argv + argc}, environment());
   if (sub == "launch") return torchLaunchCommand({argv + 2, argv + argc}, environment(), userFds);
   return mainCommand({argv + 1, argv + argc}, environment(), userFds);
 }

@@ -1,99 +1,149 @@
 #include "launcher/store_command.h"
 
+#include <array>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <cstdio>
-#include <iostream>
-#include <string>
-#include <vector>
+#include <cstdlib>
+#include <map>
 
 #include "launcher/args.h"
 #include "launcher/logging.h"
-#include "rendezvous/store_server.h"
+#include "launcher/option_parser.h"
 
 namespace dtrun::launcher {
 namespace {
 
-constexpr const char* kUsage = R"(usage: dtrun store [--host HOST] [--port PORT] [options]
+constexpr const char* kLimits = "limits (docs/store.md)";
 
-Runs a TCPStore-compatible key-value store (torch 1.13 and 2.x clients) until SIGINT or SIGTERM.
-The first line on stdout is the bound address as host:port.
+// Sizes take binary units (64K, 8M, 2G); the defaults are StoreServerOptions'.
+constexpr std::array<OptionSpec, 14> kStoreOptions{{
+    {"help", "-h", OptionKind::kHelp, "", "", "show this help message and exit"},
+    {"host", "", OptionKind::kValue, "", "",
+     "Address or name to bind; \"::\" listens on IPv6 and IPv4. (default: 0.0.0.0)"},
+    {"port", "", OptionKind::kValue, "", "", "Port to bind; 0 picks a free one. (default: 29400)"},
+    {"max_key_size", "", OptionKind::kValue, kLimits, "", "Longest key accepted. (default: 64K)",
+     "SIZE"},
+    {"max_value_size", "", OptionKind::kValue, kLimits, "",
+     "Largest value any write may leave, APPEND's result included. (default: 64M)", "SIZE"},
+    {"max_keys", "", OptionKind::kValue, kLimits, "",
+     "Most keys in one CHECK, WAIT, MULTI_GET or MULTI_SET. (default: 131072)", "N"},
+    {"max_request_size", "", OptionKind::kValue, kLimits, "",
+     "Bytes one request may take while it arrives: what a connection may buffer. (default: "
+     "128M)",
+     "SIZE"},
+    {"max_reply_size", "", OptionKind::kValue, kLimits, "",
+     "Largest reply; a request that needs a larger one is refused before it is built. "
+     "(default: 128M)",
+     "SIZE"},
+    {"memory_quota", "", OptionKind::kValue, kLimits, "",
+     "Bytes of keys, values and connection buffers the store may hold; a write past it is "
+     "refused and changes nothing. (default: 2G)",
+     "SIZE"},
+    {"frame_timeout", "", OptionKind::kValue, kLimits, "",
+     "Seconds a client may take to finish a request it began; then its connection is closed "
+     "(0: never). (default: 30)",
+     "SECONDS"},
+    {"max_connections", "", OptionKind::kValue, kLimits, "",
+     "Open connections allowed; past it a new one is refused at once. 0: as many as "
+     "RLIMIT_NOFILE allows. (default: 0)",
+     "N"},
+    {"backlog", "", OptionKind::kValue, "", "",
+     "Listen backlog (the kernel caps it at net.core.somaxconn). (default: 16384)", "N"},
+    {"log_level", "", OptionKind::kValue, "", "DTRUN_LOG_LEVEL",
+     "trace, debug, info, warn, error, critical or off. (default: info)", "LEVEL"},
+    {"warning_burst", "", OptionKind::kValue, "", "",
+     "Warning lines of one kind per 5 s; the rest are counted in one line. (default: 5)", "N"},
+}};
 
-options:
-  --host HOST             address or name to bind (default 0.0.0.0; "::" for IPv6 and IPv4)
-  --port PORT             port to bind; 0 picks a free one (default 29400)
-  --max-key-size SIZE     longest key accepted, e.g. 64K (default 64K)
-  --max-value-size SIZE   largest value accepted, e.g. 64M (default 64M)
-  --max-keys N            most keys in one CHECK/WAIT/MULTI_* request (default 131072)
-  --max-connections N     open connections allowed; 0: as many as RLIMIT_NOFILE allows (default 0)
-  --backlog N             listen backlog (default 16384)
-  --log-level LEVEL       trace, debug, info, warn, error, critical or off (default info, or
-                          $DTRUN_LOG_LEVEL)
-  -h, --help              show this message
-)";
+const OptionParser& storeParser() {
+  static const OptionParser parser(CommandSpec{
+      "dtrun store",
+      "[-h] [options]",
+      {kStoreOptions},
+      false,
+      {"Runs a TCPStore-compatible key-value store (torch 1.13 and 2.x clients) until SIGINT or "
+       "SIGTERM. The first line on stdout is the bound address as host:port."},
+      {},
+      {"Exit codes: 0 after SIGINT or SIGTERM, 1 when the store cannot start, 2 for a bad "
+       "command line."}});
+  return parser;
+}
 
 struct StoreArgs {
   rendezvous::StoreServerOptions server;
-  std::string logLevel = logLevelFromEnv("info");
+  std::string logLevel = "info";
 };
 
-StoreArgs parse(int argc, char** argv) {
+StoreArgs parse(const std::vector<std::string>& args,
+                const std::map<std::string, std::string>& env) {
+  const OptionParser& parser = storeParser();
+  ParsedOptions p = parser.parse(args);
+  parser.applyEnvironment(p, env);
   StoreArgs a;
   a.server.port = 29400;
-  std::vector<std::string> args(argv, argv + argc);
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string name = args[i];
-    std::string value;
-    bool inlineValue = false;
-    if (auto eq = name.find('='); name.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      inlineValue = true;
+  if (auto host = p.text("host")) {
+    if (host->empty()) throw UsageError("--host: expected an address or host name");
+    a.server.host = *host;
+  }
+  if (auto port = p.integer("port", 0, 65535)) a.server.port = static_cast<std::uint16_t>(*port);
+  for (const char* dest : {"max_key_size", "max_value_size", "max_keys", "max_request_size",
+                           "max_reply_size", "memory_quota", "frame_timeout", "max_connections"}) {
+    if (const auto* g = p.value(dest)) applyStoreConfKey(a.server, g->source, dest, g->value);
+  }
+  if (auto backlog = p.integer("backlog", 1, 1 << 30))
+    a.server.backlog = static_cast<int>(*backlog);
+  if (auto burst = p.integer("warning_burst", 1, 1 << 20)) {
+    a.server.warningBurst = static_cast<std::size_t>(*burst);
+  }
+  if (const auto* g = p.value("log_level")) {
+    auto level = normalizeLogLevel(g->value);
+    if (!level) {
+      throw UsageError(g->source + ": invalid level '" + g->value +
+                       "' (trace, debug, info, warn, error, critical or off)");
     }
-    auto next = [&]() -> std::string {
-      if (inlineValue) return value;
-      if (i + 1 >= args.size()) throw UsageError(name + ": expected a value");
-      return args[++i];
-    };
-    if (name == "--host") {
-      a.server.host = next();
-      if (a.server.host.empty()) throw UsageError("--host: expected an address or host name");
-    } else if (name == "--port") {
-      a.server.port = static_cast<std::uint16_t>(parseInteger(name, next(), 0, 65535));
-    } else if (name == "--max-key-size") {
-      a.server.limits.maxKeySize = parseSize(name, next());
-    } else if (name == "--max-value-size") {
-      a.server.limits.maxValueSize = parseSize(name, next());
-    } else if (name == "--max-keys") {
-      a.server.limits.maxKeysPerRequest = parseInteger(name, next(), 1, 1 << 30);
-    } else if (name == "--max-connections") {
-      a.server.maxConnections = parseInteger(name, next(), 0, 1 << 30);
-    } else if (name == "--backlog") {
-      a.server.backlog = static_cast<int>(parseInteger(name, next(), 1, 1 << 30));
-    } else if (name == "--log-level") {
-      a.logLevel = next();
-    } else if (name == "-h" || name == "--help") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else {
-      throw UsageError("unrecognized argument '" + args[i] + "' (see dtrun store --help)");
-    }
+    a.logLevel = *level;
   }
   return a;
 }
 
 }  // namespace
 
-int runStoreCommand(int argc, char** argv) {
-  StoreArgs args;
-  std::shared_ptr<spdlog::logger> log;
-  try {
-    args = parse(argc, argv);
-    log = makeLogger("store", args.logLevel);
-  } catch (const ConfigError& e) {
-    std::fprintf(stderr, "dtrun store: error: %s\n", e.what());
-    return 2;
+bool applyStoreConfKey(rendezvous::StoreServerOptions& o, const std::string& label,
+                       const std::string& key, const std::string& value) {
+  std::string k = key.rfind("store_", 0) == 0 ? key.substr(6) : key;
+  auto size = [&] {
+    std::uint64_t n = parseSize(label, value);
+    if (n == 0) throw UsageError(label + ": must be more than 0");
+    return static_cast<std::size_t>(n);
+  };
+  if (k == "max_key_size") {
+    o.limits.maxKeySize = size();
+  } else if (k == "max_value_size") {
+    o.limits.maxValueSize = size();
+  } else if (k == "max_keys") {
+    o.limits.maxKeysPerRequest = static_cast<std::size_t>(parseInteger(label, value, 1, 1 << 30));
+  } else if (k == "max_request_size") {
+    o.limits.maxRequestBytes = size();
+  } else if (k == "max_reply_size") {
+    o.maxReplyBytes = size();
+  } else if (k == "memory_quota") {
+    o.memoryQuota = size();
+  } else if (k == "frame_timeout") {
+    o.frameTimeout = parseSeconds(label, value, /*allowZero=*/true);
+  } else if (k == "max_connections") {
+    o.maxConnections = static_cast<std::size_t>(parseInteger(label, value, 0, 1 << 30));
+  } else {
+    return false;
   }
+  return true;
+}
+
+int runStoreCommand(const std::vector<std::string>& argv,
+                    const std::map<std::string, std::string>& env) {
+  StoreArgs args;
+  if (auto code = handleUsage(storeParser(), [&] { args = parse(argv, env); })) return *code;
+  auto log = makeLogger("store", args.logLevel);
   try {
     boost::asio::io_context io(1);
     rendezvous::StoreServer server(io, args.server, log);
@@ -109,7 +159,15 @@ int runStoreCommand(int argc, char** argv) {
       log->info("store: signal {} received; shutting down", signo);
       server.stop();
     });
-    io.run();
+    // The server's handlers catch what serving a client throws; this loop is the last line.
+    for (;;) {
+      try {
+        io.run();
+        break;
+      } catch (const std::exception& e) {
+        log->error("store: unexpected error on the event loop (continuing): {}", e.what());
+      }
+    }
     return 0;
   } catch (const std::exception& e) {
     log->error("{}", e.what());

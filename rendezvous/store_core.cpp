@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <unordered_set>
 
 #include "common/error.h"
+#include "common/log_text.h"
 
 namespace dtrun::rendezvous {
 
@@ -26,13 +28,47 @@ std::optional<std::int64_t> parseDecimal(const Bytes& text) {
   return value;
 }
 
+void StoreCore::admit(std::size_t more, const std::string& what) const {
+  const std::size_t held = bytes_ + external_;
+  if (more > quota_.maxBytes || held > quota_.maxBytes - more) {
+    throw StoreRefused(what + " refused: " + std::to_string(more) +
+                       " more bytes would pass the store's memory quota of " +
+                       std::to_string(quota_.maxBytes) + " (" + std::to_string(held) + " held)");
+  }
+}
+
+void StoreCore::checkValue(const std::string& key, std::size_t size, const char* op) const {
+  if (size > quota_.maxValueSize) {
+    throw StoreRefused(std::string(op) + " refused: the value of " + escapeForLog(key) +
+                       " would be " + std::to_string(size) + " bytes, past the limit of " +
+                       std::to_string(quota_.maxValueSize));
+  }
+}
+
+void StoreCore::admitChange(std::size_t oldBytes, std::size_t newBytes, const std::string& key,
+                            const char* op) const {
+  if (newBytes > oldBytes) admit(newBytes - oldBytes, std::string(op) + " " + escapeForLog(key));
+}
+
 void StoreCore::set(const std::string& key, Bytes&& value) {
+  checkValue(key, value.size(), "SET");
+  auto it = map_.find(key);
+  const std::size_t before = it == map_.end() ? 0 : entryBytes(key, it->second.size());
+  const std::size_t after = entryBytes(key, value.size());
+  admitChange(before, after, key, "SET");
   map_[key] = std::move(value);
+  record(before, after);
   wakeKey(key);
 }
 
 void StoreCore::set(const std::string& key, const Bytes& value) {
+  checkValue(key, value.size(), "SET");
+  auto it = map_.find(key);
+  const std::size_t before = it == map_.end() ? 0 : entryBytes(key, it->second.size());
+  const std::size_t after = entryBytes(key, value.size());
+  admitChange(before, after, key, "SET");
   map_[key].assign(value);  // into the entry's own buffer: no allocation for a key set again
+  record(before, after);
   wakeKey(key);
 }
 
@@ -46,14 +82,21 @@ std::int64_t StoreCore::add(const std::string& key, std::int64_t delta) {
   auto it = map_.find(key);
   if (it != map_.end()) {
     auto parsed = parseDecimal(it->second);
-    if (!parsed) throw ProtocolError("ADD on key '" + key + "' whose value is not an integer");
+    if (!parsed) {
+      throw StoreRefused("ADD on key " + escapeForLog(key) + " whose value is not an integer");
+    }
     current = *parsed;
   }
   std::int64_t sum = 0;
   if (__builtin_add_overflow(current, delta, &sum)) {
-    throw ProtocolError("ADD on key '" + key + "' overflows 64 bits");
+    throw StoreRefused("ADD on key " + escapeForLog(key) + " overflows 64 bits");
   }
-  map_[key] = std::to_string(sum);
+  std::string text = std::to_string(sum);
+  const std::size_t before = it == map_.end() ? 0 : entryBytes(key, it->second.size());
+  const std::size_t after = entryBytes(key, text.size());
+  admitChange(before, after, key, "ADD");
+  map_[key] = std::move(text);
+  record(before, after);
   wakeKey(key);
   return sum;
 }
@@ -67,9 +110,18 @@ Bytes StoreCore::compareSet(const std::string& key, const Bytes& expected, Bytes
       // dtrun does not copy that.
       return expected;
     }
+    checkValue(key, desired.size(), "COMPARE_SET");
+    const std::size_t after = entryBytes(key, desired.size());
+    admitChange(0, after, key, "COMPARE_SET");
     it = map_.emplace(key, std::move(desired)).first;
+    record(0, after);
   } else if (it->second == expected) {
+    checkValue(key, desired.size(), "COMPARE_SET");
+    const std::size_t before = entryBytes(key, it->second.size());
+    const std::size_t after = entryBytes(key, desired.size());
+    admitChange(before, after, key, "COMPARE_SET");
     it->second = std::move(desired);
+    record(before, after);
   }
   Bytes current = it->second;
   wakeKey(key);  // libuv wakes waiters in every branch
@@ -84,18 +136,46 @@ bool StoreCore::check(const std::vector<std::string>& keys) const {
   });
 }
 
-bool StoreCore::deleteKey(const std::string& key) { return map_.erase(key) != 0; }
+bool StoreCore::deleteKey(const std::string& key) {
+  auto it = map_.find(key);
+  if (it == map_.end()) return false;
+  record(entryBytes(key, it->second.size()), 0);
+  map_.erase(it);
+  return true;
+}
 
 void StoreCore::append(const std::string& key, const Bytes& value) {
+  auto it = map_.find(key);
+  const std::size_t old = it == map_.end() ? 0 : it->second.size();
+  checkValue(key, old + value.size(), "APPEND");
+  const std::size_t before = it == map_.end() ? 0 : entryBytes(key, old);
+  const std::size_t after = entryBytes(key, old + value.size());
+  admitChange(before, after, key, "APPEND");
   map_[key] += value;
+  record(before, after);
   wakeKey(key);
 }
 
 void StoreCore::multiSet(const std::vector<std::string>& keys, std::vector<Bytes> values) {
-  for (std::size_t i = 0; i < keys.size() && i < values.size(); ++i) {
-    map_[keys[i]] = std::move(values[i]);
+  const std::size_t n = std::min(keys.size(), values.size());
+  // All or nothing: the whole request is checked before the first key changes. A key named
+  // twice is charged twice, which only errs on the safe side.
+  std::size_t grow = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    checkValue(keys[i], values[i].size(), "MULTI_SET");
+    auto it = map_.find(keys[i]);
+    const std::size_t before = it == map_.end() ? 0 : entryBytes(keys[i], it->second.size());
+    const std::size_t after = entryBytes(keys[i], values[i].size());
+    if (after > before) grow += after - before;
   }
-  for (const auto& k : keys) wakeKey(k);
+  admit(grow, "MULTI_SET of " + std::to_string(n) + " keys");
+  for (std::size_t i = 0; i < n; ++i) {
+    auto& slot = map_[keys[i]];
+    const std::size_t before = entryBytes(keys[i], slot.size());
+    slot = std::move(values[i]);
+    record(before, entryBytes(keys[i], slot.size()));
+  }
+  for (std::size_t i = 0; i < n; ++i) wakeKey(keys[i]);
 }
 
 std::vector<std::string> StoreCore::listKeys() const {
@@ -105,8 +185,19 @@ std::vector<std::string> StoreCore::listKeys() const {
   return keys;
 }
 
+std::vector<std::reference_wrapper<const std::string>> StoreCore::keyNames() const {
+  std::vector<std::reference_wrapper<const std::string>> keys;
+  keys.reserve(map_.size());
+  for (const auto& kv : map_) keys.emplace_back(kv.first);
+  return keys;
+}
+
 void StoreCore::queuePush(const std::string& key, Bytes value) {
+  checkValue(key, value.size(), "QUEUE_PUSH");
+  const std::size_t grow = entryBytes(key, value.size());
+  admitChange(0, grow, key, "QUEUE_PUSH");
   queues_[key].push_back(std::move(value));
+  record(0, grow);
   wakeOne(key);
 }
 
@@ -116,6 +207,7 @@ std::optional<Bytes> StoreCore::queuePop(const std::string& key, std::int64_t* l
   if (*lengthBefore == 0) return std::nullopt;
   Bytes front = std::move(it->second.front());
   it->second.pop_front();
+  record(entryBytes(key, front.size()), 0);
   if (it->second.empty()) queues_.erase(it);
   return front;
 }
@@ -128,9 +220,12 @@ std::int64_t StoreCore::queueLen(const std::string& key) const {
 bool StoreCore::wait(ClientId client, const std::vector<std::string>& keys) {
   Parked p;
   p.kind = ParkKind::kKeys;
+  // A hash set removes repeated keys in linear time (a WAIT may name 128K keys).
+  std::unordered_set<std::string_view> seen;
   for (const auto& k : keys) {
-    if (check({k})) continue;
-    if (std::find(p.keys.begin(), p.keys.end(), k) == p.keys.end()) p.keys.push_back(k);
+    if (map_.count(k)) continue;
+    if (auto q = queues_.find(k); q != queues_.end() && !q->second.empty()) continue;
+    if (seen.insert(k).second) p.keys.push_back(k);
   }
   if (p.keys.empty()) return true;
   p.remaining = p.keys.size();
@@ -168,7 +263,12 @@ bool StoreCore::cancelWait(ClientId client) {
 }
 
 void StoreCore::addOnClose(ClientId client, const std::string& key, std::int64_t delta) {
-  closeActions_[client].emplace_back(key, delta);
+  auto& actions = closeActions_[client];
+  if (actions.size() >= kMaxCloseActions) {
+    throw StoreRefused("ADD_ON_CLOSE refused: a connection may register " +
+                       std::to_string(kMaxCloseActions) + " close actions");
+  }
+  actions.emplace_back(key, delta);
 }
 
 void StoreCore::dropClient(ClientId client) {

@@ -1,9 +1,14 @@
 // StoreCore: the key-value map and its waiters, with no I/O.
 //
 // The server drives it from its one thread; InMemoryStore drives it under a mutex. Semantics are
-// torch's libuv TCPStore backend (reference/torchrun-spec.md §3.4): ADD keeps decimal text,
-// COMPARE_SET on a missing key with non-empty `expected` returns `expected` and stores nothing,
-// every write (SET, ADD, APPEND, MULTI_SET, COMPARE_SET, BARRIER) wakes the key's waiters.
+// torch's libuv TCPStore backend (torch/csrc/distributed/c10d/TCPStoreLibUvBackend.cpp): ADD keeps
+// decimal text, COMPARE_SET on a missing key with non-empty `expected` returns `expected` and
+// stores nothing, every write (SET, ADD, APPEND, MULTI_SET, COMPARE_SET, BARRIER) wakes the key's
+// waiters.
+//
+// Every write is checked before it changes anything: a value past `maxValueSize` (APPEND's result
+// included) or a store past its memory quota is refused with StoreRefused and the store is left
+// as it was (docs/store.md, "Limits").
 //
 // Parked operations (WAIT, BARRIER, WAIT_CHANGE) belong to a client id; at most one per client, as
 // torch clients are strictly sequential. When one completes the core calls the wake function
@@ -18,19 +23,45 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/error.h"
 #include "rendezvous/store.h"
 
 namespace dtrun::rendezvous {
+
+/// A request the store will not carry out (a value or the store too large); nothing changed.
+class StoreRefused : public ProtocolError {
+ public:
+  using ProtocolError::ProtocolError;
+};
+
+struct StoreQuota {
+  std::size_t maxValueSize = 64 * 1024 * 1024;  ///< largest value any write may leave
+  /// Bytes the store may hold: keys, values, queues (each entry charged kEntryOverhead more),
+  /// plus what setExternalBytes() says the connections hold.
+  std::size_t maxBytes = std::size_t{2} * 1024 * 1024 * 1024;
+};
 
 class StoreCore {
  public:
   using ClientId = std::uint64_t;
   /// Called when the parked operation of `client` completes; the reply is STOP_WAITING.
   using WakeFn = std::function<void(ClientId client)>;
+  /// Bytes charged per key or queue element on top of its contents (hash node, string headers).
+  static constexpr std::size_t kEntryOverhead = 64;
 
-  explicit StoreCore(WakeFn wake = {}) : wake_(std::move(wake)) {}
+  explicit StoreCore(WakeFn wake = {}, StoreQuota quota = {})
+      : wake_(std::move(wake)), quota_(quota) {}
   StoreCore(const StoreCore&) = delete;
   StoreCore& operator=(const StoreCore&) = delete;
+
+  /// Bytes held now (what StoreQuota::maxBytes bounds, without the external bytes).
+  std::size_t bytes() const { return bytes_; }
+  /// Bytes held outside the core that count against the quota (requests arriving, replies
+  /// waiting to be sent); the server keeps it up to date.
+  void setExternalBytes(std::size_t n) { external_ = n; }
+  /// Throws StoreRefused unless `more` bytes fit in the quota.
+  void admit(std::size_t more, const std::string& what) const;
+  const StoreQuota& quota() const { return quota_; }
 
   /// Takes the value's buffer (large values).
   void set(const std::string& key, Bytes&& value);
@@ -48,6 +79,8 @@ class StoreCore {
   void append(const std::string& key, const Bytes& value);
   void multiSet(const std::vector<std::string>& keys, std::vector<Bytes> values);
   std::vector<std::string> listKeys() const;
+  /// The keys, not copied; valid until the next write.
+  std::vector<std::reference_wrapper<const std::string>> keyNames() const;
 
   void queuePush(const std::string& key, Bytes value);
   /// Pops the front element; `lengthBefore` receives the queue length before the pop.
@@ -64,6 +97,8 @@ class StoreCore {
   bool cancelWait(ClientId client);
   bool isParked(ClientId client) const { return parked_.count(client) != 0; }
 
+  /// Close actions one client may register (StoreRefused past it).
+  static constexpr std::size_t kMaxCloseActions = 1024;
   /// ADD_ON_CLOSE: `delta` is added to `key` when dropClient(client) runs.
   void addOnClose(ClientId client, const std::string& key, std::int64_t delta);
   /// The client went away: forget its parked operation, run its close actions.
@@ -88,6 +123,17 @@ class StoreCore {
   /// Re-evaluates one parked client after a write to `key`; true when it completed.
   bool progress(ClientId client, Parked& parked, const std::string& key);
   void complete(ClientId client);
+  /// Refuses a value of `size` bytes at `key` when it passes maxValueSize.
+  void checkValue(const std::string& key, std::size_t size, const char* op) const;
+  /// Admits (StoreRefused) growing the store from `oldBytes` to `newBytes` for one entry; call
+  /// before the change, then record() after it.
+  void admitChange(std::size_t oldBytes, std::size_t newBytes, const std::string& key,
+                   const char* op) const;
+  void record(std::size_t oldBytes, std::size_t newBytes) { bytes_ = bytes_ - oldBytes + newBytes; }
+  /// What an entry of `key` holding `size` bytes is charged; 0 when `present` is false.
+  static std::size_t entryBytes(const std::string& key, std::size_t size, bool present = true) {
+    return present ? key.size() + size + kEntryOverhead : 0;
+  }
 
   std::unordered_map<std::string, Bytes> map_;
   std::unordered_map<std::string, std::deque<Bytes>> queues_;
@@ -95,6 +141,9 @@ class StoreCore {
   std::unordered_map<ClientId, Parked> parked_;
   std::unordered_map<ClientId, std::vector<std::pair<std::string, std::int64_t>>> closeActions_;
   WakeFn wake_;
+  StoreQuota quota_;
+  std::size_t bytes_ = 0;
+  std::size_t external_ = 0;
 };
 
 /// Parses decimal text as std::stoll does (leading spaces, sign, digits, trailing bytes ignored).

@@ -1,6 +1,9 @@
 #include "rendezvous/store_server.h"
 
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/v6_only.hpp>
@@ -25,16 +28,29 @@ std::uint64_t raiseFileLimit() {
   return lim.rlim_cur;
 }
 
-// One client connection. Requests are decoded from `in_` as they complete; replies are appended
-// to `out_` and written in batches, so a pipelining client costs one write per read.
+namespace {
+
+std::string peerOf(const tcp::socket& socket) {
+  boost::system::error_code ec;
+  auto remote = socket.remote_endpoint(ec);
+  return ec ? std::string("unknown peer")
+            : remote.address().to_string() + ":" + std::to_string(remote.port());
+}
+
+}  // namespace
+
+// One client connection: its socket, its timers, and the StoreConnection that speaks the
+// protocol. Replies are written in batches, so a pipelining client costs one write per read.
 class StoreServer::Session : public std::enable_shared_from_this<Session> {
  public:
   Session(StoreServer& server, tcp::socket socket, StoreCore::ClientId id)
-      : server_(server), socket_(std::move(socket)), id_(id), leaseTimer_(server.io_) {
+      : server_(server),
+        socket_(std::move(socket)),
+        conn_(server.core_, id, server.options_.limits, server.options_.maxReplyBytes,
+              server.connectionBytes_),
+        timer_(server.io_) {
+    peer_ = peerOf(socket_);
     boost::system::error_code ec;
-    auto remote = socket_.remote_endpoint(ec);
-    peer_ = ec ? std::string("unknown peer")
-               : remote.address().to_string() + ":" + std::to_string(remote.port());
     socket_.set_option(tcp::no_delay(true), ec);
     socket_.non_blocking(true, ec);
   }
@@ -43,7 +59,7 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
 
   /// A parked WAIT/BARRIER/WAIT_CHANGE completed.
   void stopWaiting() {
-    wire::appendU8(&out_, wire::kStopWaiting);
+    conn_.stopWaiting();
     flush();
   }
 
@@ -51,27 +67,34 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
   void close() {
     if (closed_) return;
     closed_ = true;
-    leaseTimer_.cancel();
+    timer_.cancel();
     boost::system::error_code ignored;
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
-    server_.onSessionClosed(id_);
+    conn_.close();
+    server_.onSessionClosed(conn_.id());
+  }
+
+  /// Logs why (once, rate-limited with every other session's) and closes.
+  void closeBecause(const std::string& kind, const std::string& why) {
+    if (closed_) return;
+    server_.warn(kind, "store: closing connection from " + peer_ + ": " + why);
+    close();
   }
 
   const std::string& peer() const { return peer_; }
 
  private:
-  // Replies wait in out_ while a write is in flight; past this much, reading pauses.
-  static constexpr std::size_t kMaxPendingOut = 64 * 1024 * 1024;
-  // Values up to this size are copied into the store rather than moved (see kSet).
-  static constexpr std::size_t kCopyLimit = 4096;
+  using Clock = std::chrono::steady_clock;
+  // Replies wait while a write is in flight; past this much, reading pauses until it drains.
+  static constexpr std::size_t kMaxPendingOut = 4 * 1024 * 1024;
 
   void read() {
     if (closed_ || reading_) return;
-    if (out_.size() + writing_.size() > kMaxPendingOut) return;  // resumed by flush()'s handler
+    if (conn_.pendingOutput() > kMaxPendingOut) return;  // resumed by flush()'s handler
     reading_ = true;
-    // Reactor style: wait for readability, then read into the server's one buffer. Sessions keep
-    // only the unfinished tail of a request, so thousands of idle connections cost little.
+    // Reactor style: wait for readability, then read into the server's one buffer. A session
+    // keeps only the request it is receiving, so thousands of idle connections cost little.
     socket_.async_wait(tcp::socket::wait_read,
                        [self = shared_from_this()](boost::system::error_code ec) {
                          self->reading_ = false;
@@ -79,8 +102,20 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
                            self->close();
                            return;
                          }
-                         self->onReadable();
+                         self->guarded([&] { self->onReadable(); });
                        });
+  }
+
+  // Runs a handler's body; whatever it throws closes this connection only.
+  template <typename F>
+  void guarded(F&& body) {
+    try {
+      body();
+    } catch (const std::exception& e) {
+      closeBecause("failure", std::string("serving it failed: ") + e.what());
+    } catch (...) {
+      closeBecause("failure", "serving it failed");
+    }
   }
 
   void onReadable() {
@@ -90,219 +125,123 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
       std::size_t n = socket_.read_some(asio::buffer(buf), ec);
       if (ec == asio::error::would_block || ec == asio::error::try_again) break;
       if (ec) {
-        if (!in_.empty()) {
+        if (conn_.midRequest()) {
           // The peer left with a frame half sent: a truncated frame, named like any bad one.
-          server_.log_->warn(
-              "store: closing connection from {}: it ended inside a request ({} "
-              "bytes of a truncated frame)",
-              peer_, in_.size());
-        } else if (ec != asio::error::eof && ec != asio::error::connection_reset) {
-          server_.log_->debug("store: connection {} read error: {}", peer_, ec.message());
+          closeBecause("truncated", "it ended inside a request (" +
+                                        std::to_string(conn_.receivedRequest()) +
+                                        " bytes of a truncated frame)");
+        } else {
+          if (ec != asio::error::eof && ec != asio::error::connection_reset) {
+            server_.log_->debug("store: connection {} read error: {}", peer_, ec.message());
+          }
+          close();
         }
-        close();
         return;
       }
-      lastActivity_ = std::chrono::steady_clock::now();
-      std::string_view data(buf.data(), n);
-      const bool buffered = !in_.empty();
-      if (buffered) {
-        in_.append(data);
-        data = in_;
+      lastActivity_ = Clock::now();
+      const bool wasMidRequest = conn_.midRequest();
+      std::string why = conn_.receive(std::string_view(buf.data(), n));
+      if (!why.empty()) {
+        closeBecause("refused", why);
+        return;
       }
-      std::size_t used = consume(data);
-      if (closed_) return;
-      if (buffered) {
-        in_.erase(0, used);
-      } else {
-        in_.assign(data.substr(used));
-      }
+      if (auto lease = conn_.takeLease()) lease_ = *lease;
+      if (conn_.midRequest() && !wasMidRequest) requestStarted_ = lastActivity_;
+      armTimer();
       flush();
+      if (closed_) return;
       // A full buffer means more is probably waiting: read it now rather than through another
       // trip round the reactor. Otherwise the socket is drained; wait for readiness again.
-      if (n < buf.size() || out_.size() + writing_.size() > kMaxPendingOut) break;
+      if (n < buf.size() || conn_.pendingOutput() > kMaxPendingOut) break;
     }
     read();
   }
 
-  /// Handles every complete request at the front of `data`; returns the bytes used.
-  std::size_t consume(std::string_view data) {
-    std::size_t pos = 0;
-    while (!closed_ && pos < data.size()) {
-      std::string_view pending = data.substr(pos);
-      if (dialect_ == wire::Dialect::kUnknown) {
-        dialect_ = wire::detectDialect(pending);
-        if (dialect_ == wire::Dialect::kUnknown) break;
-      }
-      wire::Request& req = req_;
-      auto r = wire::decodeRequest(dialect_, pending, server_.options_.limits, &req);
-      if (r.status == wire::DecodeStatus::kNeedMore) break;
-      if (r.status == wire::DecodeStatus::kBad) {
-        server_.log_->warn("store: closing connection from {}: {}", peer_, r.error);
-        close();
-        break;
-      }
-      pos += r.consumed;
-      try {
-        handle(req);
-      } catch (const Error& e) {
-        server_.log_->warn("store: closing connection from {}: {} failed: {}", peer_,
-                           wire::opName(req.op), e.what());
-        close();
-      }
+  // One timer serves both deadlines: the lease (nothing received for that long) and the frame
+  // timeout (a request begun and not finished). It is re-armed lazily: a handler that finds the
+  // deadline moved waits again.
+  std::optional<Clock::time_point> nextDeadline() const {
+    std::optional<Clock::time_point> at;
+    if (lease_.count() > 0) at = lastActivity_ + lease_;
+    const auto frameTimeout = server_.options_.frameTimeout;
+    if (conn_.midRequest() && frameTimeout.count() > 0) {
+      auto frameAt = requestStarted_ + frameTimeout;
+      if (!at || frameAt < *at) at = frameAt;
     }
-    return pos;
+    return at;
   }
 
-  void handle(wire::Request& req) {
-    StoreCore& core = server_.core_;
-    std::string& out = out_;
-    switch (req.op) {
-      case wire::Op::kValidate:
-        if (req.word != wire::kValidationMagic) throw ProtocolError("bad validation magic");
-        break;
-      case wire::Op::kPing:
-        wire::appendU32(&out, req.word);
-        break;
-      case wire::Op::kSet:
-        // Small values are copied, so req_'s buffer is kept for the next request.
-        if (req.values[0].size() > kCopyLimit) {
-          core.set(req.keys[0], std::move(req.values[0]));
-        } else {
-          core.set(req.keys[0], std::as_const(req.values[0]));
-        }
-        break;
-      case wire::Op::kCompareSet:
-        wire::appendBytes(&out,
-                          core.compareSet(req.keys[0], req.values[0], std::move(req.values[1])));
-        break;
-      case wire::Op::kGet: {
-        // GET follows a WAIT in every torch client; a missing key answers empty, as libuv does.
-        const Bytes* v = core.find(req.keys[0]);
-        wire::appendBytes(&out, v ? std::string_view(*v) : std::string_view());
-        break;
+  void armTimer() {
+    auto at = nextDeadline();
+    if (!at || closed_) return;
+    if (timerArmed_ && timerAt_ <= *at) return;  // the armed wake-up comes first; it re-checks
+    timerArmed_ = true;
+    timerAt_ = *at;
+    timer_.expires_at(*at);
+    timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (ec == asio::error::operation_aborted && !self->closed_ && self->timerArmed_) {
+        return;  // re-armed earlier: that wait owns the timer now
       }
-      case wire::Op::kAdd:
-        wire::appendI64(&out, core.add(req.keys[0], req.number));
-        break;
-      case wire::Op::kCheck:
-        wire::appendU8(&out, core.check(req.keys) ? wire::kCheckReady : wire::kCheckNotReady);
-        break;
-      case wire::Op::kWait:
-        if (core.wait(id_, req.keys)) wire::appendU8(&out, wire::kStopWaiting);
-        break;
-      case wire::Op::kNumKeys:
-        wire::appendI64(&out, core.numKeys());
-        break;
-      case wire::Op::kDeleteKey:
-        wire::appendI64(&out, core.deleteKey(req.keys[0]) ? 1 : 0);
-        break;
-      case wire::Op::kAppend:
-        core.append(req.keys[0], req.values[0]);
-        break;
-      case wire::Op::kMultiGet:
-        for (const auto& k : req.keys) {
-          const Bytes* v = core.find(k);
-          wire::appendBytes(&out, v ? std::string_view(*v) : std::string_view());
-        }
-        break;
-      case wire::Op::kMultiSet:
-        core.multiSet(req.keys, std::move(req.values));
-        break;
-      case wire::Op::kCancelWait:
-        // A STOP_WAITING that completed first is already in out_, ahead of this reply.
-        core.cancelWait(id_);
-        wire::appendU8(&out, wire::kWaitCanceled);
-        break;
-      case wire::Op::kQueuePush:
-        core.queuePush(req.keys[0], std::move(req.values[0]));
-        break;
-      case wire::Op::kQueuePop: {
-        std::int64_t before = 0;
-        auto front = core.queuePop(req.keys[0], &before);
-        wire::appendI64(&out, before);
-        if (front) wire::appendBytes(&out, *front);
-        break;
-      }
-      case wire::Op::kQueueLen:
-        wire::appendI64(&out, core.queueLen(req.keys[0]));
-        break;
-      case wire::Op::kListKeys: {
-        auto keys = core.listKeys();
-        wire::appendI64(&out, static_cast<std::int64_t>(keys.size()));
-        for (const auto& k : keys) wire::appendBytes(&out, k);
-        break;
-      }
-      case wire::Op::kBarrier:
-        if (core.barrier(id_, req.keys[0], req.number)) wire::appendU8(&out, wire::kStopWaiting);
-        break;
-      case wire::Op::kWatchKey:
-        throw ProtocolError("WATCH_KEY (torch 1.13 only, unused by torchrun) is not supported");
-      case wire::Op::kAddOnClose:
-        core.addOnClose(id_, req.keys[0], req.number);
-        break;
-      case wire::Op::kLease:
-        lease_ = std::chrono::milliseconds(req.word);
-        armLease();
-        break;
-      case wire::Op::kWaitChange:
-        if (core.waitChange(id_, req.keys[0], req.values[0])) {
-          wire::appendU8(&out, wire::kStopWaiting);
-        }
-        break;
-    }
-  }
-
-  // A lease closes a connection that went quiet (a stopped or cut-off agent keeps its socket
-  // open); closing runs its close actions, so the others hear of it.
-  void armLease() {
-    if (lease_.count() == 0 || closed_) {
-      leaseTimer_.cancel();
-      return;
-    }
-    leaseTimer_.expires_at(lastActivity_ + lease_);
-    leaseTimer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      self->timerArmed_ = false;
       if (ec || self->closed_) return;
-      auto quiet = std::chrono::steady_clock::now() - self->lastActivity_;
-      if (quiet < self->lease_) {
-        self->armLease();
-        return;
-      }
-      self->server_.log_->warn(
-          "store: closing connection from {}: nothing received for {} ms", self->peer_,
-          std::chrono::duration_cast<std::chrono::milliseconds>(quiet).count());
-      self->close();
+      self->guarded([&] { self->onTimer(); });
     });
   }
 
+  void onTimer() {
+    const auto now = Clock::now();
+    if (lease_.count() > 0 && now - lastActivity_ >= lease_) {
+      auto quiet = std::chrono::duration_cast<std::chrono::milliseconds>(now - lastActivity_);
+      closeBecause("lease", "nothing received for " + std::to_string(quiet.count()) + " ms");
+      return;
+    }
+    const auto frameTimeout = server_.options_.frameTimeout;
+    if (conn_.midRequest() && frameTimeout.count() > 0 && now - requestStarted_ >= frameTimeout) {
+      closeBecause(
+          "timeout",
+          "a request begun " +
+              std::to_string(
+                  std::chrono::duration_cast<std::chrono::seconds>(now - requestStarted_).count()) +
+              " s ago is still incomplete (" + std::to_string(conn_.receivedRequest()) + " bytes)");
+      return;
+    }
+    armTimer();
+  }
+
   void flush() {
-    if (closed_ || !writing_.empty() || out_.empty()) return;
-    writing_.swap(out_);
-    asio::async_write(socket_, asio::buffer(writing_),
+    if (closed_ || writing_ || !conn_.hasOutput()) return;
+    writing_ = true;
+    out_ = conn_.takeOutput();
+    asio::async_write(socket_, asio::buffer(out_),
                       [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
-                        self->writing_.clear();
+                        self->writing_ = false;
+                        self->out_.clear();
+                        self->conn_.sent();
                         if (ec) {
                           self->close();
                           return;
                         }
-                        self->flush();
-                        self->read();
+                        self->guarded([&] {
+                          self->flush();
+                          self->read();
+                        });
                       });
   }
 
   StoreServer& server_;
   tcp::socket socket_;
-  StoreCore::ClientId id_;
+  StoreConnection conn_;
   std::string peer_;
-  wire::Dialect dialect_ = wire::Dialect::kUnknown;
-  std::string in_;
-  std::string out_;
-  wire::Request req_;  // reused for every request: its buffers keep their capacity
-  std::string writing_;
+  std::string out_;  // the write in flight
+  bool writing_ = false;
   bool reading_ = false;
   bool closed_ = false;
   std::chrono::milliseconds lease_{0};
-  std::chrono::steady_clock::time_point lastActivity_ = std::chrono::steady_clock::now();
-  asio::steady_timer leaseTimer_;
+  Clock::time_point lastActivity_ = Clock::now();
+  Clock::time_point requestStarted_ = Clock::now();
+  asio::steady_timer timer_;
+  bool timerArmed_ = false;
+  Clock::time_point timerAt_{};
 };
 
 StoreServer::StoreServer(asio::io_context& io, StoreServerOptions options,
@@ -312,11 +251,15 @@ StoreServer::StoreServer(asio::io_context& io, StoreServerOptions options,
       log_(std::move(log)),
       acceptor_(io),
       acceptRetry_(io),
-      core_([this](StoreCore::ClientId id) { wake(id); }) {}
+      warningFlush_(io),
+      core_([this](StoreCore::ClientId id) { wake(id); },
+            StoreQuota{options_.limits.maxValueSize, options_.memoryQuota}),
+      warnings_(options_.warningBurst, options_.warningWindow) {}
 
 StoreServer::~StoreServer() {
   // Sessions hold a reference to us; make sure none outlives the server.
   stop();
+  if (spareFd_ >= 0) ::close(spareFd_);
 }
 
 void StoreServer::start() {
@@ -329,7 +272,13 @@ void StoreServer::start() {
     auto results = resolver.resolve(options_.host, std::to_string(options_.port),
                                     tcp::resolver::passive | tcp::resolver::numeric_service);
     tcp::endpoint ep = results.begin()->endpoint();
-    acceptor_.open(ep.protocol());
+    // Opened here with SOCK_CLOEXEC (Asio's open() would leave it inheritable).
+    int fd = ::socket(ep.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+      throw boost::system::system_error(
+          boost::system::error_code(errno, boost::system::system_category()));
+    }
+    acceptor_.assign(ep.protocol(), fd);
     acceptor_.set_option(tcp::acceptor::reuse_address(true));
     if (ep.address().is_v6()) acceptor_.set_option(asio::ip::v6_only(false));
     acceptor_.bind(ep);
@@ -338,6 +287,7 @@ void StoreServer::start() {
   } catch (const boost::system::system_error& e) {
     throw ConnectionError("store: cannot listen on " + where + ": " + e.code().message());
   }
+  spareFd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   log_->info("store: listening on {}:{}", endpoint_.address().to_string(), endpoint_.port());
   accept();
 }
@@ -348,35 +298,86 @@ void StoreServer::stop() {
   boost::system::error_code ignored;
   acceptor_.close(ignored);
   acceptRetry_.cancel();
+  warningFlush_.cancel();
   auto sessions = std::move(sessions_);
   sessions_.clear();
   for (auto& [id, s] : sessions) s->close();
 }
 
 void StoreServer::accept() {
-  acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
+  // Readiness, then accept4() until the queue is empty: a storm of clients is taken from the
+  // kernel's accept queue as fast as it fills, so the queue does not overflow into SYN retries.
+  acceptor_.async_wait(tcp::acceptor::wait_read, [this](boost::system::error_code ec) {
     if (ec == asio::error::operation_aborted || stopped_) return;
     if (ec) {
-      // EMFILE/ENFILE: the connection stays in the backlog; try again shortly rather than spin.
-      log_->warn("store: accept failed: {}; retrying", ec.message());
+      warn("accept", "store: waiting for connections failed: " + ec.message() + "; retrying");
       acceptRetry_.expires_after(std::chrono::milliseconds(20));
       acceptRetry_.async_wait([this](boost::system::error_code e) {
         if (!e && !stopped_) accept();
       });
       return;
     }
-    onAccepted(std::move(socket));
-    accept();
+    try {
+      acceptReady();
+    } catch (const std::exception& e) {
+      warn("accept", std::string("store: accepting a connection failed: ") + e.what());
+    }
+    if (!stopped_) accept();
   });
 }
 
-void StoreServer::onAccepted(tcp::socket socket) {
+void StoreServer::acceptReady() {
+  const int lfd = acceptor_.native_handle();
+  for (int i = 0; i < 4096 && !stopped_; ++i) {
+    int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd >= 0) {
+      onAccepted(fd);
+      continue;
+    }
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+    if ((errno == EMFILE || errno == ENFILE) && spareFd_ >= 0) {
+      // Out of descriptors: give the spare one up to take the client off the queue and close
+      // it at once, so it hears "no" now instead of retrying its SYN for seconds.
+      ::close(spareFd_);
+      spareFd_ = -1;
+      int victim = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (victim >= 0) refuse(victim, "no file descriptors left (RLIMIT_NOFILE)");
+      spareFd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+      continue;
+    }
+    warn("accept", std::string("store: accept failed: ") + std::strerror(errno));
+    return;
+  }
+}
+
+void StoreServer::refuse(int fd, const std::string& why) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  std::string peer = "unknown peer";
+  char text[INET6_ADDRSTRLEN] = {};
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    const void* a =
+        addr.ss_family == AF_INET
+            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&addr)->sin_addr)
+            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&addr)->sin6_addr);
+    if (::inet_ntop(addr.ss_family, a, text, sizeof(text))) peer = text;
+  }
+  ::close(fd);
+  warn("refused-connection", "store: refusing " + peer + ": " + why);
+}
+
+void StoreServer::onAccepted(int fd) {
   if (maxConnections_ != 0 && sessions_.size() >= maxConnections_) {
-    boost::system::error_code ec;
-    auto remote = socket.remote_endpoint(ec);
-    log_->warn("store: refusing {}: connection limit {} reached",
-               ec ? std::string("unknown peer") : remote.address().to_string(), maxConnections_);
-    socket.close(ec);
+    refuse(fd, "connection limit " + std::to_string(maxConnections_) + " reached");
+    return;
+  }
+  tcp::socket socket(io_);
+  boost::system::error_code ec;
+  socket.assign(endpoint_.protocol(), fd, ec);
+  if (ec) {
+    ::close(fd);
+    warn("accept", "store: cannot take a connection: " + ec.message());
     return;
   }
   auto id = nextId_++;
@@ -387,13 +388,37 @@ void StoreServer::onAccepted(tcp::socket socket) {
 }
 
 void StoreServer::onSessionClosed(StoreCore::ClientId id) {
-  core_.dropClient(id);
-  sessions_.erase(id);
+  sessions_.erase(id);  // its handlers still hold it until they run (aborted)
 }
 
 void StoreServer::wake(StoreCore::ClientId id) {
   auto it = sessions_.find(id);
   if (it != sessions_.end()) it->second->stopWaiting();
+}
+
+void StoreServer::warn(const std::string& kind, const std::string& line) {
+  std::string summary;
+  const bool allowed = warnings_.allow(kind, WarningLimiter::Clock::now(), &summary);
+  if (!summary.empty()) log_->warn("store: {}", summary);
+  if (allowed) {
+    log_->warn("{}", line);
+  } else {
+    armWarningFlush();
+  }
+}
+
+void StoreServer::armWarningFlush() {
+  if (flushArmed_ || stopped_) return;
+  auto at = warnings_.nextFlush();
+  if (!at) return;
+  flushArmed_ = true;
+  warningFlush_.expires_at(*at);
+  warningFlush_.async_wait([this](boost::system::error_code ec) {
+    flushArmed_ = false;
+    if (ec || stopped_) return;
+    for (const auto& line : warnings_.flush()) log_->warn("store: {}", line);
+    armWarningFlush();
+  });
 }
 
 }  // namespace dtrun::rendezvous

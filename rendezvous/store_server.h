@@ -2,9 +2,13 @@
 //
 // Ownership follows asio's http server example: StoreServer owns the acceptor, the session
 // registry and the StoreCore; each Session owns one socket and its buffers. All of it is touched
-// only on the io_context's thread, so there are no mutexes. A session that sends a malformed,
-// truncated, oversized or unknown request is closed with a log line naming the peer; everyone else
-// carries on.
+// only on the io_context's thread, so there are no mutexes. The protocol itself is
+// StoreConnection's (no I/O); a session adds the socket, the timers and the logs. A session that
+// sends a malformed, truncated, oversized or unknown request, asks for more than the limits allow,
+// or makes serving it fail in any way (an exception, std::bad_alloc included) is closed with one
+// rate-limited log line naming the peer; everyone else carries on, and no exception leaves a
+// handler, so the thread running the io_context (the agent's hosted store) never dies of a client
+// (docs/store.md).
 #pragma once
 
 #include <spdlog/logger.h>
@@ -12,12 +16,15 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "common/log_text.h"
+#include "rendezvous/store_connection.h"
 #include "rendezvous/store_core.h"
 #include "rendezvous/wire.h"
 
@@ -26,9 +33,18 @@ namespace dtrun::rendezvous {
 struct StoreServerOptions {
   std::string host = "0.0.0.0";  ///< bind address or name; "::" listens on IPv6 and IPv4
   std::uint16_t port = 0;        ///< 0 picks a free port; endpoint() tells which
-  wire::Limits limits;
+  wire::Limits limits;           ///< per request; maxValueSize also bounds APPEND's result
+  std::size_t maxReplyBytes = 128 * 1024 * 1024;  ///< a larger reply is refused, not built
+  /// Keys, values and every connection's buffers together (StoreQuota::maxBytes).
+  std::size_t memoryQuota = std::size_t{2} * 1024 * 1024 * 1024;
+  /// A connection inside a request for longer than this (half a frame, then silence) is closed.
+  std::chrono::milliseconds frameTimeout = std::chrono::seconds(30);
   std::size_t maxConnections = 0;  ///< 0: bounded only by RLIMIT_NOFILE
-  int backlog = 16384;             ///< listen backlog (the kernel caps it at somaxconn)
+  /// Warning lines of one kind (bad frames, refusals, timeouts...) per window; the rest are
+  /// counted and the count logged when the window ends.
+  std::size_t warningBurst = 5;
+  std::chrono::milliseconds warningWindow = std::chrono::seconds(5);
+  int backlog = 16384;  ///< listen backlog (the kernel caps it at somaxconn)
 };
 
 class StoreServer {
@@ -52,23 +68,35 @@ class StoreServer {
   void set(const std::string& key, Bytes value) { core_.set(key, std::move(value)); }
   /// Open connections. Io thread only.
   std::size_t connectionCount() const { return sessions_.size(); }
+  /// Bytes the store holds (keys, values, queues). Io thread only.
+  std::size_t storedBytes() const { return core_.bytes(); }
 
  private:
   class Session;
   friend class Session;
 
   void accept();
-  void onAccepted(boost::asio::ip::tcp::socket socket);
+  void acceptReady();
+  void onAccepted(int fd);
+  void refuse(int fd, const std::string& why);
   void onSessionClosed(StoreCore::ClientId id);
   void wake(StoreCore::ClientId id);
+  /// Logs `line` at warn level unless too many of `kind` were logged lately (WarningLimiter).
+  void warn(const std::string& kind, const std::string& line);
+  void armWarningFlush();
 
   boost::asio::io_context& io_;
   StoreServerOptions options_;
   std::shared_ptr<spdlog::logger> log_;
   boost::asio::ip::tcp::acceptor acceptor_;
   boost::asio::steady_timer acceptRetry_;
+  boost::asio::steady_timer warningFlush_;
   boost::asio::ip::tcp::endpoint endpoint_;
   StoreCore core_;
+  ConnectionBytes connectionBytes_;
+  WarningLimiter warnings_;
+  bool flushArmed_ = false;
+  int spareFd_ = -1;  // closed to accept-and-refuse a connection when descriptors run out
   std::vector<char> readBuffer_ = std::vector<char>(256 * 1024);  // shared: one thread reads
   std::unordered_map<StoreCore::ClientId, std::shared_ptr<Session>> sessions_;
   StoreCore::ClientId nextId_ = 1;

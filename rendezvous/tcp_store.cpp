@@ -87,15 +87,30 @@ int connectOnce(const addrinfo* ai, Clock::time_point deadline, std::string* err
   return fd;
 }
 
-// A request with its arguments (the layout per op is wire.cpp's).
-wire::Request makeRequest(wire::Op op, std::vector<std::string> keys = {},
-                          std::vector<Bytes> values = {}, std::int64_t number = 0) {
-  wire::Request r;
-  r.op = op;
-  r.keys = std::move(keys);
-  r.values = std::move(values);
-  r.number = number;
-  return r;
+using wire::makeRequest;
+using wire::Op;
+
+// Requests whose effect does not change when the server gets them twice, and whose reply does
+// not depend on having been first: sent again once on a new connection when the old one broke
+// before the reply came.
+bool repeatable(Op op) {
+  switch (op) {
+    case Op::kValidate:
+    case Op::kSet:
+    case Op::kGet:
+    case Op::kCheck:
+    case Op::kWait:
+    case Op::kNumKeys:
+    case Op::kMultiGet:
+    case Op::kMultiSet:
+    case Op::kPing:
+    case Op::kQueueLen:
+    case Op::kListKeys:
+    case Op::kWaitChange:
+      return true;
+    default:
+      return false;
+  }
 }
 
 }  // namespace
@@ -116,6 +131,7 @@ void TcpStore::interrupt() {
 }
 
 void TcpStore::disconnect() {
+  if (fd_ >= 0 && stateful_) lostStateful_ = true;
   liveFd_ = -1;
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
@@ -124,7 +140,7 @@ void TcpStore::disconnect() {
 }
 
 void TcpStore::fail(const std::string& what, const std::string& why) {
-  disconnect();  // the stream's position is unknown now; the next call reconnects
+  disconnect();  // the stream's position is unknown now
   throw ConnectionError("store " + address_ + ": " + what + ": " + why);
 }
 
@@ -156,15 +172,10 @@ void TcpStore::connect() {
     if (fd_ >= 0 && options_.dialect == wire::Dialect::kTorch2) {
       try {
         // VALIDATE has no reply; the PING round trip proves the server took it.
-        wire::Request validate;
-        validate.op = wire::Op::kValidate;
-        validate.word = wire::kValidationMagic;
-        sendRequest(validate, until);
-        wire::Request ping;
-        ping.op = wire::Op::kPing;
-        ping.word = static_cast<std::uint32_t>(::getpid());
+        sendRequest(makeRequest(Op::kValidate, {}, {}, 0, wire::kValidationMagic), until);
+        auto ping = makeRequest(Op::kPing, {}, {}, 0, static_cast<std::uint32_t>(::getpid()));
         sendRequest(ping, until);
-        if (readU32(until, "handshake") != ping.word) {
+        if (readReply(ping, until, "handshake").word != ping.word) {
           lastError = "handshake: PING answered with a different nonce";
           disconnect();
         }
@@ -204,12 +215,40 @@ int TcpStore::detachSocket() {
   liveFd_ = -1;
   rbuf_.clear();
   rpos_ = 0;
+  stateful_ = false;  // the new owner holds the connection's server-side state
   return fd;
 }
 
 void TcpStore::ensureConnected() {
   if (interrupted_) throw ConnectionError("store " + address_ + ": interrupted");
+  if (lostStateful_) {
+    throw ConnectionError("store " + address_ +
+                          ": the connection that carried close actions or a lease was lost; "
+                          "not reconnecting, as the server has run those close actions");
+  }
   if (fd_ < 0) connect();
+}
+
+wire::Reply TcpStore::call(const wire::Request& req, const std::string& what) {
+  for (int attempt = 0;; ++attempt) {
+    ensureConnected();
+    bool sent = false;
+    try {
+      sendRequest(req, deadline());
+      sent = true;
+      if (!wire::hasReply(req.op)) return {};
+      return readReply(req, deadline(), what);
+    } catch (const TimeoutError&) {
+      throw;
+    } catch (const ConnectionError& e) {
+      if (interrupted_ || lostStateful_ || attempt > 0) throw;
+      if (sent && !repeatable(req.op)) {
+        throw MaybeAppliedError(std::string(e.what()) + " after the whole " + wire::opName(req.op) +
+                                " was sent: it may or may not have been applied");
+      }
+      // Nothing was applied twice: the frame never arrived whole, or repeating it is harmless.
+    }
+  }
 }
 
 void TcpStore::sendRequest(const wire::Request& req, Clock::time_point until) {
@@ -234,20 +273,20 @@ void TcpStore::sendRequest(const wire::Request& req, Clock::time_point until) {
   }
 }
 
-void TcpStore::readExact(char* dst, std::size_t n, Clock::time_point until,
-                         const std::string& what) {
-  while (rbuf_.size() - rpos_ < n) {
-    if (rpos_ > 0) {
-      rbuf_.erase(0, rpos_);
-      rpos_ = 0;
-    }
+void TcpStore::receiveSome(Clock::time_point until, const std::string& what) {
+  if (rpos_ > 0) {
+    rbuf_.erase(0, rpos_);
+    rpos_ = 0;
+  }
+  for (;;) {
     char chunk[16 * 1024];
     ssize_t got = ::recv(fd_, chunk, sizeof(chunk), 0);
     if (got > 0) {
       rbuf_.append(chunk, static_cast<std::size_t>(got));
-    } else if (got == 0) {
-      fail(what, "connection closed by the server");
-    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      return;
+    }
+    if (got == 0) fail(what, "connection closed by the server");
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
       if (!pollFor(fd_, POLLIN, until)) {
         disconnect();
         throw TimeoutError("store " + address_ + ": " + what + " timed out waiting for the reply");
@@ -256,38 +295,28 @@ void TcpStore::readExact(char* dst, std::size_t n, Clock::time_point until,
       fail(what, std::strerror(errno));
     }
   }
-  std::memcpy(dst, rbuf_.data() + rpos_, n);
-  rpos_ += n;
 }
 
-std::uint8_t TcpStore::readU8(Clock::time_point until, const std::string& what) {
-  std::uint8_t v = 0;
-  readExact(reinterpret_cast<char*>(&v), 1, until, what);
-  return v;
-}
-
-std::uint32_t TcpStore::readU32(Clock::time_point until, const std::string& what) {
-  std::uint32_t v = 0;
-  readExact(reinterpret_cast<char*>(&v), sizeof(v), until, what);
-  return v;
-}
-
-std::int64_t TcpStore::readI64(Clock::time_point until, const std::string& what) {
-  std::int64_t v = 0;
-  readExact(reinterpret_cast<char*>(&v), sizeof(v), until, what);
-  return v;
-}
-
-Bytes TcpStore::readBytes(Clock::time_point until, const std::string& what) {
-  std::uint64_t len = 0;
-  readExact(reinterpret_cast<char*>(&len), sizeof(len), until, what);
-  if (len > options_.limits.maxValueSize) {
-    fail(what, "reply of " + std::to_string(len) + " bytes exceeds the limit of " +
-                   std::to_string(options_.limits.maxValueSize));
+wire::Reply TcpStore::readReply(const wire::Request& req, Clock::time_point until,
+                                const std::string& what) {
+  wire::ReplyDecoder decoder(options_.limits);
+  decoder.expect(req);
+  for (;;) {
+    {  // fed even with nothing buffered: a reply may be empty (MULTI_GET of no keys)
+      auto r = decoder.feed(std::string_view(rbuf_).substr(rpos_));
+      rpos_ += r.consumed;
+      if (rpos_ == rbuf_.size()) {
+        rbuf_.clear();
+        rpos_ = 0;
+      }
+      if (r.status == wire::DecodeStatus::kComplete) return std::move(decoder.reply());
+      if (r.status == wire::DecodeStatus::kBad) {
+        disconnect();
+        throw ProtocolError("store " + address_ + ": " + what + ": " + r.error);
+      }
+    }
+    receiveSome(until, what);
   }
-  Bytes v(len, '\0');
-  readExact(v.data(), len, until, what);
-  return v;
 }
 
 void TcpStore::requireTorch2(const char* op) const {
@@ -299,78 +328,84 @@ void TcpStore::requireTorch2(const char* op) const {
 
 void TcpStore::parkedCall(const wire::Request& req, milliseconds timeout, const std::string& what) {
   const auto start = Clock::now();
-  ensureConnected();
-  sendRequest(req, deadline());
-  if (rbuf_.size() > rpos_ || pollFor(fd_, POLLIN, deadlineAfter(timeout))) {
-    std::uint8_t r = readU8(deadline(), what);
-    if (r != wire::kStopWaiting) fail(what, "unexpected reply " + std::to_string(r));
-    return;
-  }
-  const std::string timedOut = "store " + address_ + ": " + what + " timed out after " +
-                               std::to_string(msSince(start)) + " ms";
-  if (options_.dialect == wire::Dialect::kTorch113) {
-    // 1.13 has no CANCEL_WAIT: a late STOP_WAITING would sit in the stream, so start afresh.
-    disconnect();
-    throw TimeoutError(timedOut);
-  }
-  wire::Request cancel = makeRequest(wire::Op::kCancelWait);
-  sendRequest(cancel, deadline());
-  std::uint8_t r = readU8(deadline(), what + " (cancel)");
-  if (r == wire::kStopWaiting) {
-    // The keys arrived as we gave up: the wait succeeded; consume the cancel's reply.
-    if (readU8(deadline(), what + " (cancel)") != wire::kWaitCanceled) {
-      fail(what, "CANCEL_WAIT answered out of protocol");
+  const auto until = deadlineAfter(timeout);
+  for (int attempt = 0;; ++attempt) {
+    ensureConnected();
+    bool sent = false;
+    try {
+      sendRequest(req, deadline());
+      sent = true;
+      if (rbuf_.size() > rpos_ || pollFor(fd_, POLLIN, until)) {
+        if (readReply(req, deadline(), what).status != wire::kStopWaiting) {
+          fail(what, "unexpected reply");
+        }
+        return;
+      }
+      const std::string timedOut = "store " + address_ + ": " + what + " timed out after " +
+                                   std::to_string(msSince(start)) + " ms";
+      if (options_.dialect == wire::Dialect::kTorch113) {
+        // 1.13 has no CANCEL_WAIT: a late STOP_WAITING would sit in the stream, so start afresh.
+        disconnect();
+        throw TimeoutError(timedOut);
+      }
+      const auto cancel = makeRequest(Op::kCancelWait);
+      sendRequest(cancel, deadline());
+      std::uint8_t r = readReply(cancel, deadline(), what + " (cancel)").status;
+      if (r == wire::kStopWaiting) {
+        // The keys arrived as we gave up: the wait succeeded; consume the cancel's reply.
+        if (readReply(cancel, deadline(), what + " (cancel)").status != wire::kWaitCanceled) {
+          fail(what, "CANCEL_WAIT answered out of protocol");
+        }
+        return;
+      }
+      if (r != wire::kWaitCanceled) fail(what, "CANCEL_WAIT answered out of protocol");
+      throw TimeoutError(timedOut);
+    } catch (const TimeoutError&) {
+      throw;
+    } catch (const ConnectionError& e) {
+      if (interrupted_ || lostStateful_ || attempt > 0 || Clock::now() >= until) throw;
+      if (sent && !repeatable(req.op)) {
+        throw MaybeAppliedError(std::string(e.what()) + " after the whole " + wire::opName(req.op) +
+                                " was sent: it may or may not have been applied");
+      }
     }
-    return;
   }
-  if (r != wire::kWaitCanceled) fail(what, "CANCEL_WAIT answered out of protocol");
-  throw TimeoutError(timedOut);
 }
 
 void TcpStore::waitLocked(const std::vector<std::string>& keys, milliseconds timeout) {
-  wire::Request req = makeRequest(wire::Op::kWait);
+  wire::Request req = makeRequest(Op::kWait);
   for (const auto& k : keys) req.keys.push_back(key(k));
   parkedCall(req, timeout, "wait for keys " + joinKeys(req.keys));
 }
 
 void TcpStore::set(const std::string& k, const Bytes& value) {
   std::lock_guard lock(mutex_);
-  ensureConnected();
-  wire::Request req = makeRequest(wire::Op::kSet, {key(k)}, {value});
-  sendRequest(req, deadline());
+  call(makeRequest(Op::kSet, {key(k)}, {value}), "set " + key(k));
 }
 
 Bytes TcpStore::get(const std::string& k, milliseconds timeout) {
   std::lock_guard lock(mutex_);
   waitLocked({k}, timeout);
-  wire::Request req = makeRequest(wire::Op::kGet, {key(k)});
-  sendRequest(req, deadline());
-  return readBytes(deadline(), "get " + key(k));
+  return std::move(call(makeRequest(Op::kGet, {key(k)}), "get " + key(k)).values.at(0));
 }
 
 std::int64_t TcpStore::add(const std::string& k, std::int64_t delta) {
   std::lock_guard lock(mutex_);
-  ensureConnected();
-  wire::Request req = makeRequest(wire::Op::kAdd, {key(k)}, {}, delta);
-  sendRequest(req, deadline());
-  return readI64(deadline(), "add " + key(k));
+  return call(makeRequest(Op::kAdd, {key(k)}, {}, delta), "add " + key(k)).number;
 }
 
 Bytes TcpStore::compareSet(const std::string& k, const Bytes& expected, const Bytes& desired) {
   std::lock_guard lock(mutex_);
-  ensureConnected();
-  wire::Request req = makeRequest(wire::Op::kCompareSet, {key(k)}, {expected, desired});
-  sendRequest(req, deadline());
-  return readBytes(deadline(), "compare_set " + key(k));
+  return std::move(
+      call(makeRequest(Op::kCompareSet, {key(k)}, {expected, desired}), "compare_set " + key(k))
+          .values.at(0));
 }
 
 bool TcpStore::check(const std::vector<std::string>& keys) {
   std::lock_guard lock(mutex_);
-  ensureConnected();
-  wire::Request req = makeRequest(wire::Op::kCheck);
+  wire::Request req = makeRequest(Op::kCheck);
   for (const auto& k : keys) req.keys.push_back(key(k));
-  sendRequest(req, deadline());
-  return readU8(deadline(), "check " + joinKeys(req.keys)) == wire::kCheckReady;
+  return call(req, "check " + joinKeys(req.keys)).status == wire::kCheckReady;
 }
 
 void TcpStore::wait(const std::vector<std::string>& keys, milliseconds timeout) {
@@ -380,48 +415,35 @@ void TcpStore::wait(const std::vector<std::string>& keys, milliseconds timeout) 
 
 bool TcpStore::deleteKey(const std::string& k) {
   std::lock_guard lock(mutex_);
-  ensureConnected();
-  wire::Request req = makeRequest(wire::Op::kDeleteKey, {key(k)});
-  sendRequest(req, deadline());
-  return readI64(deadline(), "delete_key " + key(k)) == 1;
+  return call(makeRequest(Op::kDeleteKey, {key(k)}), "delete_key " + key(k)).number == 1;
 }
 
 std::int64_t TcpStore::numKeys() {
   std::lock_guard lock(mutex_);
-  ensureConnected();
-  wire::Request req = makeRequest(wire::Op::kNumKeys);
-  sendRequest(req, deadline());
-  return readI64(deadline(), "num_keys");
+  return call(makeRequest(Op::kNumKeys), "num_keys").number;
 }
 
 void TcpStore::append(const std::string& k, const Bytes& value) {
   requireTorch2("APPEND");
   std::lock_guard lock(mutex_);
-  ensureConnected();
-  wire::Request req = makeRequest(wire::Op::kAppend, {key(k)}, {value});
-  sendRequest(req, deadline());
+  call(makeRequest(Op::kAppend, {key(k)}, {value}), "append " + key(k));
 }
 
 std::vector<Bytes> TcpStore::multiGet(const std::vector<std::string>& keys, milliseconds timeout) {
   std::lock_guard lock(mutex_);
   waitLocked(keys, timeout);
-  std::vector<Bytes> values;
-  values.reserve(keys.size());
   if (options_.dialect == wire::Dialect::kTorch113) {
-    for (const auto& k : keys) {  // 1.13 has no MULTI_GET: one GET each, keys already present
-      wire::Request req;
-      req.op = wire::Op::kGet;
-      req.keys = {key(k)};
-      sendRequest(req, deadline());
-      values.push_back(readBytes(deadline(), "get " + key(k)));
+    std::vector<Bytes> values;  // 1.13 has no MULTI_GET: one GET each, keys already present
+    values.reserve(keys.size());
+    for (const auto& k : keys) {
+      values.push_back(
+          std::move(call(makeRequest(Op::kGet, {key(k)}), "get " + key(k)).values.at(0)));
     }
     return values;
   }
-  wire::Request req = makeRequest(wire::Op::kMultiGet);
+  wire::Request req = makeRequest(Op::kMultiGet);
   for (const auto& k : keys) req.keys.push_back(key(k));
-  sendRequest(req, deadline());
-  for (const auto& k : req.keys) values.push_back(readBytes(deadline(), "multi_get " + k));
-  return values;
+  return std::move(call(req, "multi_get " + joinKeys(req.keys)).values);
 }
 
 void TcpStore::multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
@@ -430,75 +452,51 @@ void TcpStore::multiSet(const std::vector<std::string>& keys, const std::vector<
                       std::to_string(values.size()) + " values");
   }
   std::lock_guard lock(mutex_);
-  ensureConnected();
   if (options_.dialect == wire::Dialect::kTorch113) {
     for (std::size_t i = 0; i < keys.size(); ++i) {
-      wire::Request req;
-      req.op = wire::Op::kSet;
-      req.keys = {key(keys[i])};
-      req.values = {values[i]};
-      sendRequest(req, deadline());
+      call(makeRequest(Op::kSet, {key(keys[i])}, {values[i]}), "set " + key(keys[i]));
     }
     return;
   }
-  wire::Request req = makeRequest(wire::Op::kMultiSet);
+  wire::Request req = makeRequest(Op::kMultiSet, {}, values);
   for (const auto& k : keys) req.keys.push_back(key(k));
-  req.values = values;
-  sendRequest(req, deadline());
+  call(req, "multi_set " + joinKeys(req.keys));
 }
 
 void TcpStore::ping() {
   requireTorch2("PING");
   std::lock_guard lock(mutex_);
-  ensureConnected();
-  wire::Request req;
-  req.op = wire::Op::kPing;
-  req.word = static_cast<std::uint32_t>(::getpid());
-  sendRequest(req, deadline());
-  if (readU32(deadline(), "ping") != req.word) fail("ping", "wrong nonce in the reply");
+  auto req = makeRequest(Op::kPing, {}, {}, 0, static_cast<std::uint32_t>(::getpid()));
+  if (call(req, "ping").word != req.word) fail("ping", "wrong nonce in the reply");
 }
 
 void TcpStore::queuePush(const std::string& k, const Bytes& value) {
   requireTorch2("QUEUE_PUSH");
   std::lock_guard lock(mutex_);
-  ensureConnected();
-  wire::Request req = makeRequest(wire::Op::kQueuePush, {key(k)}, {value});
-  sendRequest(req, deadline());
+  call(makeRequest(Op::kQueuePush, {key(k)}, {value}), "queue_push " + key(k));
 }
 
 std::optional<Bytes> TcpStore::queuePop(const std::string& k, milliseconds timeout) {
   requireTorch2("QUEUE_POP");
   std::lock_guard lock(mutex_);
   if (timeout > milliseconds::zero()) waitLocked({k}, timeout);
-  ensureConnected();
-  wire::Request req = makeRequest(wire::Op::kQueuePop, {key(k)});
-  sendRequest(req, deadline());
-  if (readI64(deadline(), "queue_pop " + key(k)) <= 0) return std::nullopt;
-  return readBytes(deadline(), "queue_pop " + key(k));
+  wire::Reply r = call(makeRequest(Op::kQueuePop, {key(k)}), "queue_pop " + key(k));
+  if (r.values.empty()) return std::nullopt;
+  return std::move(r.values[0]);
 }
 
 std::int64_t TcpStore::queueLen(const std::string& k) {
   requireTorch2("QUEUE_LEN");
   std::lock_guard lock(mutex_);
-  ensureConnected();
-  wire::Request req = makeRequest(wire::Op::kQueueLen, {key(k)});
-  sendRequest(req, deadline());
-  return readI64(deadline(), "queue_len " + key(k));
+  return call(makeRequest(Op::kQueueLen, {key(k)}), "queue_len " + key(k)).number;
 }
 
 std::vector<std::string> TcpStore::listKeys() {
   requireTorch2("LIST_KEYS");
   std::lock_guard lock(mutex_);
-  ensureConnected();
-  wire::Request req = makeRequest(wire::Op::kListKeys);
-  sendRequest(req, deadline());
-  std::int64_t n = readI64(deadline(), "list_keys");
-  if (n < 0 || static_cast<std::uint64_t>(n) > options_.limits.maxKeysPerRequest * 1024) {
-    fail("list_keys", "implausible key count " + std::to_string(n));
-  }
+  wire::Reply r = call(makeRequest(Op::kListKeys), "list_keys");
   std::vector<std::string> keys;
-  for (std::int64_t i = 0; i < n; ++i) {
-    Bytes k = readBytes(deadline(), "list_keys");
+  for (auto& k : r.values) {
     if (k.compare(0, options_.keyPrefix.size(), options_.keyPrefix) == 0) {
       keys.push_back(k.substr(options_.keyPrefix.size()));
     }
@@ -509,33 +507,27 @@ std::vector<std::string> TcpStore::listKeys() {
 void TcpStore::barrier(const std::string& k, std::int64_t worldSize, milliseconds timeout) {
   requireTorch2("BARRIER");
   std::lock_guard lock(mutex_);
-  wire::Request req = makeRequest(wire::Op::kBarrier, {key(k)}, {}, worldSize);
-  parkedCall(req, timeout, "barrier " + key(k));
+  parkedCall(makeRequest(Op::kBarrier, {key(k)}, {}, worldSize), timeout, "barrier " + key(k));
 }
 
 void TcpStore::addOnClose(const std::string& k, std::int64_t delta) {
   std::lock_guard lock(mutex_);
-  ensureConnected();
-  wire::Request req = makeRequest(wire::Op::kAddOnClose, {key(k)}, {}, delta);
-  sendRequest(req, deadline());
+  call(makeRequest(Op::kAddOnClose, {key(k)}, {}, delta), "add_on_close " + key(k));
+  stateful_ = true;
 }
 
 void TcpStore::lease(milliseconds quiet) {
   std::lock_guard lock(mutex_);
-  ensureConnected();
-  wire::Request req;
-  req.op = wire::Op::kLease;
-  req.word = static_cast<std::uint32_t>(std::clamp<long long>(quiet.count(), 0, UINT32_MAX));
-  sendRequest(req, deadline());
+  auto word = static_cast<std::uint32_t>(std::clamp<long long>(quiet.count(), 0, UINT32_MAX));
+  call(makeRequest(Op::kLease, {}, {}, 0, word), "lease");
+  stateful_ = word != 0;
 }
 
 Bytes TcpStore::waitChange(const std::string& k, const Bytes& old, milliseconds timeout) {
   std::lock_guard lock(mutex_);
-  wire::Request req = makeRequest(wire::Op::kWaitChange, {key(k)}, {old});
-  parkedCall(req, timeout, "wait for a change of " + key(k));
-  wire::Request get = makeRequest(wire::Op::kGet, {key(k)});
-  sendRequest(get, deadline());
-  return readBytes(deadline(), "get " + key(k));
+  parkedCall(makeRequest(Op::kWaitChange, {key(k)}, {old}), timeout,
+             "wait for a change of " + key(k));
+  return std::move(call(makeRequest(Op::kGet, {key(k)}), "get " + key(k)).values.at(0));
 }
 
 }  // namespace dtrun::rendezvous

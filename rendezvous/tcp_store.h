@@ -5,6 +5,13 @@
 // exponential backoff until its own deadline. Errors name host:port, the key and the time waited.
 // Like torch's client it sends every key as keyPrefix + key ("/" by default), so torch clients
 // and dtrun clients see the same keys. Calls are serialised by a mutex: one request at a time.
+//
+// Reconnecting is explicit (docs/store.md, "Client"): when the connection breaks after a request
+// went out and before its reply came back, a request that is safe to repeat (GET, CHECK, WAIT,
+// SET, ...) is sent again once on a new connection; any other (ADD, APPEND, COMPARE_SET,
+// MULTI_SET, QUEUE_*, BARRIER, DELETE_KEY) fails with MaybeAppliedError, and the caller decides.
+// A connection that carries server-side state (ADD_ON_CLOSE, a lease) is never replaced
+// silently: once it breaks, every call fails with ConnectionError.
 #pragma once
 
 #include <atomic>
@@ -15,10 +22,18 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "rendezvous/store.h"
 #include "rendezvous/wire.h"
 
 namespace dtrun::rendezvous {
+
+/// The connection broke between sending a request that is not safe to repeat and reading its
+/// reply: the server may or may not have applied it. The client reconnects on the next call.
+class MaybeAppliedError : public ConnectionError {
+ public:
+  using ConnectionError::ConnectionError;
+};
 
 struct TcpStoreOptions {
   std::string host = "127.0.0.1";
@@ -95,12 +110,17 @@ class TcpStore : public Store {
   void connect();
   void ensureConnected();
   void disconnect();
+  /// One request and its reply (if it has one), with the reconnect rule above.
+  wire::Reply call(const wire::Request& req, const std::string& what);
+  /// call() without the retry: send, then read the reply within `deadline`.
+  wire::Reply exchange(const wire::Request& req, Clock::time_point deadline,
+                       const std::string& what);
   void sendRequest(const wire::Request& req, Clock::time_point deadline);
-  void readExact(char* dst, std::size_t n, Clock::time_point deadline, const std::string& what);
-  std::uint8_t readU8(Clock::time_point deadline, const std::string& what);
-  std::int64_t readI64(Clock::time_point deadline, const std::string& what);
-  std::uint32_t readU32(Clock::time_point deadline, const std::string& what);
-  Bytes readBytes(Clock::time_point deadline, const std::string& what);
+  /// Reads the reply to `req` (ReplyDecoder) within `deadline`.
+  wire::Reply readReply(const wire::Request& req, Clock::time_point deadline,
+                        const std::string& what);
+  /// Receives more bytes into rbuf_; TimeoutError when `deadline` passed first.
+  void receiveSome(Clock::time_point deadline, const std::string& what);
   /// WAIT-style request whose reply is one STOP_WAITING byte, with CANCEL_WAIT on timeout.
   void parkedCall(const wire::Request& req, std::chrono::milliseconds timeout,
                   const std::string& what);
@@ -115,6 +135,8 @@ class TcpStore : public Store {
   int fd_ = -1;
   std::string rbuf_;  // bytes received and not yet consumed
   std::size_t rpos_ = 0;
+  bool stateful_ = false;  // the connection carries close actions or a lease
+  bool lostStateful_ = false;
   std::mutex mutex_;
   std::atomic<bool> interrupted_{false};
   std::atomic<int> liveFd_{-1};  // fd_ as seen by interrupt(), which does not take mutex_

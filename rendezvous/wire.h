@@ -5,7 +5,9 @@
 // PING nonce u32. A connection's dialect is decided once from its first bytes: a 2.x client
 // always opens with VALIDATE (`00 CE F7 85 3C`); a 1.13 client never does.
 //
-// dtrun-only operations use opcodes from 128 up in both dialects (DESIGN.md, decision 1).
+// dtrun-only operations use opcodes from 128 up in both dialects (docs/design.md, decision 1).
+// This file owns every byte on the wire: requests (encoded by clients, decoded by the server) and
+// replies (encoded by the server, decoded by clients); docs/store.md has the layouts.
 #pragma once
 
 #include <cstddef>
@@ -65,6 +67,9 @@ struct Limits {
   std::size_t maxKeySize = 64 * 1024;
   std::size_t maxValueSize = 64 * 1024 * 1024;
   std::size_t maxKeysPerRequest = 128 * 1024;
+  /// Bytes one request may occupy while it arrives (keys, values and 32 bytes of bookkeeping per
+  /// argument): what one connection may buffer.
+  std::size_t maxRequestBytes = 128 * 1024 * 1024;
 };
 
 /// One decoded request. Which fields are used depends on `op` (see wire.cpp's table).
@@ -88,13 +93,126 @@ struct DecodeResult {
 /// The dialect announced by a connection's first bytes; kUnknown until enough bytes arrived.
 Dialect detectDialect(std::string_view firstBytes);
 
+/// A request of `op` with these arguments (which ones `op` takes: wire.cpp's table).
+Request makeRequest(Op op, std::vector<std::string> keys = {}, std::vector<Bytes> values = {},
+                    std::int64_t number = 0, std::uint32_t word = 0);
+
+/// Decodes a connection's requests as their bytes arrive, in any pieces, in time linear in the
+/// bytes: what a piece completes is copied into the request once and never looked at again.
+/// Lengths and counts are checked against the limits before anything is allocated for them.
+/// A decoded reply; which fields are set depends on the request's op.
+struct Reply {
+  std::uint8_t status = 0;    // u8 replies
+  std::uint32_t word = 0;     // PING
+  std::int64_t number = 0;    // i64 replies, QUEUE_POP's length, LIST_KEYS' count
+  std::vector<Bytes> values;  // bytes replies, in order
+};
+
+namespace detail {
+// The field-by-field engine under RequestDecoder and ReplyDecoder: a frame is a list of fields
+// (fixed-size numbers, length-prefixed strings, a list of groups), consumed as bytes arrive.
+struct Program;
+class FieldReader {
+ public:
+  explicit FieldReader(const Limits& limits) : limits_(limits) {}
+  /// Starts a frame of `program`, written into these outputs.
+  void start(const Program* program, std::vector<std::string>* keys, std::vector<Bytes>* values,
+             std::uint8_t* status, std::uint32_t* word, std::int64_t* number,
+             std::uint64_t presetItems);
+  /// Takes bytes from `in` (advancing it); kComplete at the end of the frame, kNeedMore when
+  /// `in` ran out, kBad with `error` set.
+  DecodeStatus run(std::string_view& in, std::string* error);
+  bool active() const { return program_ != nullptr; }
+  std::size_t buffered() const { return buffered_; }
+
+ private:
+  DecodeStatus fixed(std::string_view& in, std::size_t n, std::uint64_t* v);
+
+  const Limits& limits_;
+  const Program* program_ = nullptr;
+  std::vector<std::string>* keys_ = nullptr;
+  std::vector<Bytes>* values_ = nullptr;
+  std::uint8_t* status_ = nullptr;
+  std::uint32_t* word_ = nullptr;
+  std::int64_t* number_ = nullptr;
+  std::string head_;  // bytes of a fixed-size field, still incomplete
+  std::uint8_t field_ = 0;
+  std::uint8_t groupPos_ = 0;
+  std::uint64_t itemsLeft_ = 0;
+  bool inString_ = false;
+  std::string* string_ = nullptr;
+  std::uint64_t stringLeft_ = 0;
+  std::size_t buffered_ = 0;
+};
+}  // namespace detail
+
+class RequestDecoder {
+ public:
+  explicit RequestDecoder(Limits limits = {}) : limits_(limits), reader_(limits_) {}
+  RequestDecoder(const RequestDecoder&) = delete;
+  RequestDecoder& operator=(const RequestDecoder&) = delete;
+
+  /// Takes bytes from the front of `data` until one request is complete (kComplete; `consumed`
+  /// says how many bytes it took, request() holds it until the next feed) or `data` runs out
+  /// (kNeedMore; every byte was taken and is held). kBad: the frame breaks the protocol or a
+  /// limit; the decoder is then unusable. The dialect is detected from the first bytes.
+  DecodeResult feed(std::string_view data);
+  /// The request last completed. Its buffers are reused by the next one.
+  Request& request() { return req_; }
+  Dialect dialect() const { return dialect_; }
+  /// Forces the dialect (before the first feed).
+  void setDialect(Dialect d) { dialect_ = d; }
+  /// True while a request has started arriving and is not complete.
+  bool midRequest() const { return reader_.active() || !detect_.empty(); }
+  /// Bytes the request being received holds (what Limits::maxRequestBytes bounds).
+  std::size_t buffered() const { return midRequest() ? reader_.buffered() + detect_.size() : 0; }
+  /// Bytes of the request being received that have arrived (its frame so far).
+  std::size_t received() const { return received_ + detect_.size(); }
+
+ private:
+  DecodeStatus step(std::string_view& in, DecodeResult& result);
+  DecodeStatus stepFrame(std::string_view& in, DecodeResult& result);
+
+  Limits limits_;
+  detail::FieldReader reader_;
+  Dialect dialect_ = Dialect::kUnknown;
+  Request req_;
+  std::string detect_;  // a connection's first bytes, until they tell the dialect
+  std::size_t received_ = 0;
+};
+
+/// Decodes replies as their bytes arrive (the client's half of RequestDecoder).
+class ReplyDecoder {
+ public:
+  explicit ReplyDecoder(Limits limits = {}) : limits_(limits), reader_(limits_) {}
+  ReplyDecoder(const ReplyDecoder&) = delete;
+  ReplyDecoder& operator=(const ReplyDecoder&) = delete;
+  /// Expects the reply to `request` next; ProtocolError when the op has no reply.
+  void expect(const Request& request);
+  /// As RequestDecoder::feed, for the reply expected; reply() holds it once complete.
+  DecodeResult feed(std::string_view data);
+  Reply& reply() { return reply_; }
+
+ private:
+  Limits limits_;
+  detail::FieldReader reader_;
+  Op op_ = Op::kPing;
+  Reply reply_;
+  std::vector<std::string> unusedKeys_;
+};
+
 /// Decodes one request from the front of `data` into `out` (reusing its buffers). Never
-/// allocates past `limits`.
+/// allocates past `limits`. kNeedMore consumes nothing: the caller keeps the bytes. For a stream
+/// that arrives in pieces use RequestDecoder, which does not start again from the front.
 DecodeResult decodeRequest(Dialect dialect, std::string_view data, const Limits& limits,
                            Request* out);
 
 /// Appends the encoding of `request`; throws ProtocolError when the dialect lacks the op.
 void encodeRequest(Dialect dialect, const Request& request, std::string* out);
+/// The encoding of makeRequest(op, ...), for tests and load generators.
+std::string encodeFrame(Dialect dialect, Op op, std::vector<std::string> keys = {},
+                        std::vector<Bytes> values = {}, std::int64_t number = 0,
+                        std::uint32_t word = 0);
 
 /// The opcode byte of `op` in `dialect`, if it has one.
 std::optional<std::uint8_t> opcodeOf(Dialect dialect, Op op);
@@ -103,11 +221,32 @@ std::optional<Op> opOf(Dialect dialect, std::uint8_t opcode);
 /// "SET", "COMPARE_SET", ...: torch's names, for logs and errors.
 const char* opName(Op op);
 
-// Response pieces, appended to an output buffer.
-void appendU8(std::string* out, std::uint8_t v);
-void appendU32(std::string* out, std::uint32_t v);
-void appendI64(std::string* out, std::int64_t v);
-void appendU64(std::string* out, std::uint64_t v);
-void appendBytes(std::string* out, std::string_view bytes);
+// Replies. The server appends them with the encode*Reply functions; a client decodes the reply
+// to one request with decodeReply. Layouts (torch/csrc/distributed/c10d/TCPStoreBackend.cpp):
+//   none:   VALIDATE SET APPEND MULTI_SET QUEUE_PUSH DTRUN_ADD_ON_CLOSE DTRUN_LEASE
+//   u8:     CHECK (ready/not ready), WAIT BARRIER DTRUN_WAIT_CHANGE (STOP_WAITING), CANCEL_WAIT
+//   u32:    PING (the nonce)
+//   i64:    ADD GETNUMKEYS DELETE_KEY (1/0) QUEUE_LEN
+//   bytes:  GET COMPARE_SET; MULTI_GET: one per key
+//   QUEUE_POP: i64 length before the pop, then bytes when it was > 0
+//   LIST_KEYS: i64 count, then that many bytes
+
+void encodeStatusReply(std::string* out, std::uint8_t status);
+void encodeWordReply(std::string* out, std::uint32_t word);
+void encodeNumberReply(std::string* out, std::int64_t number);
+void encodeValueReply(std::string* out, std::string_view value);
+/// QUEUE_POP: the length before the pop, then the popped value when there was one.
+void encodeQueuePopReply(std::string* out, std::int64_t lengthBefore, const Bytes* front);
+/// Bytes encodeValueReply appends for a value of `size` bytes.
+constexpr std::size_t valueReplySize(std::size_t size) { return 8 + size; }
+
+/// True when `op`'s request is answered at all.
+bool hasReply(Op op);
+
+/// Decodes the reply to `request` from the front of `data` (ReplyDecoder in one piece).
+/// kNeedMore consumes nothing; kBad when a length exceeds `limits` (maxValueSize per value,
+/// maxKeysPerRequest x 1024 entries for LIST_KEYS).
+DecodeResult decodeReply(const Request& request, std::string_view data, const Limits& limits,
+                         Reply* out);
 
 }  // namespace dtrun::rendezvous::wire

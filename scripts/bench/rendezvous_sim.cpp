@@ -96,15 +96,8 @@ struct Joiner {
 
 std::string encode(wire::Op op, std::vector<std::string> keys, std::vector<std::string> values = {},
                    std::int64_t number = 0, std::uint32_t word = 0) {
-  wire::Request r;
-  r.op = op;
-  r.keys = std::move(keys);
-  r.values = std::move(values);
-  r.number = number;
-  r.word = word;
-  std::string out;
-  wire::encodeRequest(wire::Dialect::kTorch2, r, &out);
-  return out;
+  return wire::encodeFrame(wire::Dialect::kTorch2, op, std::move(keys), std::move(values), number,
+                           word);
 }
 
 class Sim {

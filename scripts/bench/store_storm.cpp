@@ -2,6 +2,7 @@
 // scripts/bench/store. A benchmark tool, not a test.
 //
 //   store_storm --port P [--host 127.0.0.1] --clients K [--run ID] [--timeout-s 120]
+//               [--bootstrap] [--sources N]
 //
 // One process, one thread, non-blocking sockets and epoll, speaking the torch 1.13 dialect that
 // both servers understand. All K clients connect at once; each sends SET(<run>/c<i>) and
@@ -9,6 +10,11 @@
 // client then WAITs for <run>/go and is done when STOP_WAITING arrives. The clock runs from the
 // first connect() to the last STOP_WAITING. A refused or reset connect is retried with jittered
 // exponential backoff (10 ms doubling, at most 1 s), as torch's client does; retries are counted.
+//
+// --bootstrap: the workers' bootstrap; after the wake-up each client also GETs its neighbour's key
+// (c<i+1>) and is done when the value arrives. --sources N: clients connect from N source
+// addresses, 127.0.0.1 to 127.0.0.N, in turn (as many hosts would; one address alone would run
+// out of ephemeral ports near 28K connections).
 //
 // Output: progress on stderr, then one line on stdout:
 //   RESULT clients=K seconds=S retries=R
@@ -39,7 +45,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-enum class State { kIdle, kConnecting, kAwaitAdd, kAwaitGo, kDone };
+enum class State { kIdle, kConnecting, kAwaitAdd, kAwaitGo, kAwaitGet, kDone };
 
 struct Client {
   int fd = -1;
@@ -51,14 +57,8 @@ struct Client {
 
 std::string encode(wire::Op op, std::vector<std::string> keys, std::vector<std::string> values,
                    std::int64_t number = 0) {
-  wire::Request r;
-  r.op = op;
-  r.keys = std::move(keys);
-  r.values = std::move(values);
-  r.number = number;
-  std::string out;
-  wire::encodeRequest(wire::Dialect::kTorch113, r, &out);
-  return out;
+  return wire::encodeFrame(wire::Dialect::kTorch113, op, std::move(keys), std::move(values),
+                           number);
 }
 
 [[noreturn]] void die(const std::string& why) {
@@ -68,8 +68,12 @@ std::string encode(wire::Op op, std::vector<std::string> keys, std::vector<std::
 
 class Storm {
  public:
-  Storm(sockaddr_in addr, int clients, std::string run)
-      : addr_(addr), clients_(static_cast<std::size_t>(clients)), run_(std::move(run)) {
+  Storm(sockaddr_in addr, int clients, std::string run, bool bootstrap, int sources)
+      : addr_(addr),
+        clients_(static_cast<std::size_t>(clients)),
+        run_(std::move(run)),
+        bootstrap_(bootstrap),
+        sources_(sources) {
     epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
     if (epfd_ < 0) die(std::string("epoll_create1: ") + std::strerror(errno));
   }
@@ -113,6 +117,14 @@ class Storm {
     if (c.fd < 0) die(std::string("socket: ") + std::strerror(errno));
     int one = 1;
     ::setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (sources_ > 1) {
+      sockaddr_in src{};
+      src.sin_family = AF_INET;
+      src.sin_addr.s_addr = htonl(0x7F000001u + static_cast<std::uint32_t>(i % sources_));
+      if (::bind(c.fd, reinterpret_cast<const sockaddr*>(&src), sizeof(src)) != 0) {
+        die(std::string("bind to a source address: ") + std::strerror(errno));
+      }
+    }
     int rc = ::connect(c.fd, reinterpret_cast<const sockaddr*>(&addr_), sizeof(addr_));
     if (rc != 0 && errno != EINPROGRESS) {
       retry(i, std::strerror(errno));
@@ -211,12 +223,33 @@ class Storm {
     }
     if (c.state == State::kAwaitGo && !c.in.empty()) {
       if (c.in[0] != static_cast<char>(wire::kStopWaiting)) lost(i, "unexpected WAIT reply");
-      c.state = State::kDone;
-      closeFd(c);
-      ++done_;
-      if (done_ % 1024 == 0 || done_ == clients_.size()) {
-        std::fprintf(stderr, "store_storm: %zu/%zu done\n", done_, clients_.size());
+      c.in.erase(0, 1);
+      if (bootstrap_) {
+        // The neighbour's key, e.g. a peer's address for the process group.
+        c.out += encode(wire::Op::kGet, {key("c" + std::to_string((i + 1) % clients_.size()))}, {});
+        c.state = State::kAwaitGet;
+        flush(i);
+        if (!c.out.empty()) watch(i, EPOLLIN | EPOLLOUT, EPOLL_CTL_MOD);
+        return;
       }
+      finish(i);
+    }
+    if (c.state == State::kAwaitGet && c.in.size() >= 8) {
+      std::uint64_t len = 0;
+      std::memcpy(&len, c.in.data(), 8);
+      if (c.in.size() < 8 + len) return;
+      if (c.in.compare(8, len, "x") != 0) lost(i, "wrong neighbour value");
+      finish(i);
+    }
+  }
+
+  void finish(std::size_t i) {
+    Client& c = clients_[i];
+    c.state = State::kDone;
+    closeFd(c);
+    ++done_;
+    if (done_ % 1024 == 0 || done_ == clients_.size()) {
+      std::fprintf(stderr, "store_storm: %zu/%zu done\n", done_, clients_.size());
     }
   }
 
@@ -241,6 +274,8 @@ class Storm {
   sockaddr_in addr_;
   std::vector<Client> clients_;
   std::string run_;
+  bool bootstrap_ = false;
+  int sources_ = 1;
   int epfd_ = -1;
   std::size_t done_ = 0;
   std::size_t retryCount_ = 0;
@@ -258,6 +293,8 @@ int main(int argc, char** argv) {
   int port = 0;
   int clients = 0;
   int timeoutS = 120;
+  bool bootstrap = false;
+  int sources = 1;
   std::string run = std::to_string(::getpid()) + "-" +
                     std::to_string(Clock::now().time_since_epoch().count() % 1000000007);
   for (int i = 1; i < argc; ++i) {
@@ -276,9 +313,14 @@ int main(int argc, char** argv) {
       run = value();
     } else if (a == "--timeout-s") {
       timeoutS = std::atoi(value().c_str());
+    } else if (a == "--bootstrap") {
+      bootstrap = true;
+    } else if (a == "--sources") {
+      sources = std::max(1, std::atoi(value().c_str()));
     } else {
       die("unknown argument " + a +
-          "\nusage: store_storm --port P [--host H] --clients K [--run ID] [--timeout-s S]");
+          "\nusage: store_storm --port P [--host H] --clients K [--run ID] [--timeout-s S] "
+          "[--bootstrap] [--sources N]");
     }
   }
   if (port <= 0 || clients <= 0) die("--port and --clients are required");
@@ -288,7 +330,7 @@ int main(int argc, char** argv) {
   sockaddr_in addr{};
   if (!dtrun::bench::resolveIPv4(host, port, &addr)) die("cannot resolve " + host);
 
-  Storm storm(addr, clients, run);
+  Storm storm(addr, clients, run, bootstrap, sources);
   bool finished = storm.run(std::chrono::seconds(timeoutS));
   for (const auto& [why, n] : storm.errors()) {
     std::fprintf(stderr, "store_storm: %d connect attempts failed: %s\n", n, why.c_str());

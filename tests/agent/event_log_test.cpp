@@ -1,9 +1,12 @@
 #include "agent/event_log.h"
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "common/error.h"
@@ -163,4 +166,20 @@ TEST_CASE("EventLog with a console: every line there too, one write each", "[age
   const std::string shutdown = EventLog::formatLine("shutdown", {{"reason", "succeeded"}}, kWhen);
   CHECK(console == started + "\n" + shutdown + "\n");
   CHECK(readFile(path) == started + "\n");
+}
+
+TEST_CASE("EventLog refuses a planted symlink and keeps events to the user", "[agent][eventlog]") {
+  TempDir dir;
+  const auto victim = dir.path() / "victim";
+  { std::ofstream(victim) << "precious\n"; }
+  const auto path = dir.path() / "events.jsonl";
+  std::filesystem::create_symlink(victim, path);
+  CHECK_THROWS_WITH(EventLog(path.string()), Catch::Matchers::Contains("--event-log") &&
+                                                 Catch::Matchers::Contains("symbolic link"));
+  CHECK(readFile(victim.string()) == "precious\n");
+  std::filesystem::remove(path);
+  { EventLog log(path.string()); }
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
 }

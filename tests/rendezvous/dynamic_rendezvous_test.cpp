@@ -569,3 +569,32 @@ TEST_CASE("rendezvous: a round some node finished never restarts", "[rdzv]") {
   CHECK_THAT(*s.final, Catch::Contains("failed_after_success"));
   CHECK(s.restarts == 0);
 }
+
+TEST_CASE("rendezvous: junk in the rendezvous' own keys is an error naming the key",
+          "[rdzv][hostile]") {
+  // A stranger wrote text where a round's closed counter belongs, and a non-JSON node
+  // description: the agents fail with one line naming the key, never std::stoll's "stoll".
+  auto shared = std::make_shared<InMemoryStore>();
+  shared->set("dtrun/job/r0/closed", "junk\nmore");
+  auto node = makeNode(shared, 0, 1, settings(1, 1), 0);
+  try {
+    node.rdzv->join();
+    FAIL("join succeeded over a junk closed counter");
+  } catch (const dtrun::ProtocolError& e) {
+    const std::string what = e.what();
+    CHECK_THAT(what, Catch::Matchers::Contains("r0/closed") &&
+                         Catch::Matchers::Contains("\"junk\\nmore\"") &&
+                         Catch::Matchers::Contains("not a number"));
+  }
+}
+
+TEST_CASE("rendezvous: a round counter moved by a stranger is refused, not joined",
+          "[rdzv][hostile]") {
+  auto shared = std::make_shared<InMemoryStore>();
+  auto first = makeNode(shared, 0, 1, settings(1, 1), 0);
+  CHECK(first.rdzv->join().round == 0);
+  shared->add("dtrun/job/round", 2);  // what an ADD from anyone who reaches the port does
+  auto late = makeNode(shared, 1, 1, settings(1, 1), 0);
+  CHECK_THROWS_WITH(late.rdzv->join(), Catch::Matchers::Contains("round 2") &&
+                                           Catch::Matchers::Contains("moved the round counter"));
+}

@@ -76,6 +76,7 @@ inline StoreServerOptions loopbackOptions() {
   StoreServerOptions o;
   o.host = "127.0.0.1";
   o.port = 0;
+  o.warningBurst = 1000;  // tests that count log lines per connection; one test checks the limit
   return o;
 }
 
@@ -261,15 +262,7 @@ inline std::string validateFrame() { return std::string("\x00\xCE\xF7\x85\x3C", 
 inline std::string frame(wire::Dialect dialect, wire::Op op, std::vector<std::string> keys = {},
                          std::vector<Bytes> values = {}, std::int64_t number = 0,
                          std::uint32_t word = 0) {
-  wire::Request r;
-  r.op = op;
-  r.keys = std::move(keys);
-  r.values = std::move(values);
-  r.number = number;
-  r.word = word;
-  std::string out;
-  wire::encodeRequest(dialect, r, &out);
-  return out;
+  return wire::encodeFrame(dialect, op, std::move(keys), std::move(values), number, word);
 }
 
 /// Shorthand for the torch 2.x table.
