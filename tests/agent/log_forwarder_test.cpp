@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "common/error.h"
-#include "tests/support/io_test_util.h"
+#include "tests/support/run_until.h"
 #include "tests/support/test_support.h"
 
 using dtrun::agent::LinePrefixVars;

@@ -20,7 +20,7 @@
 
 #include "agent/orphan_guard.h"
 #include "agent/worker_group.h"
-#include "tests/support/io_test_util.h"
+#include "tests/support/run_until.h"
 #include "tests/support/test_support.h"
 
 using namespace dtrun::agent;
