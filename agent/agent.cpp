@@ -99,8 +99,7 @@ int Agent::run() {
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   armSignals();
   armSigchld();
-  log_->info("agent: log directory set to: {}",
-             logDir_.runDir().empty() ? "<none>" : logDir_.runDir());
+  if (logDir_.disabled()) log_->info("agent: log directory set to: <none>");
   // Before joining: a FIFO that cannot be served is this node's set-up error, not the job's.
   if (config_.fileTimer) {
     timer_ = std::make_unique<FileTimerServer>(
@@ -237,7 +236,11 @@ void Agent::armSignals() {
 void Agent::startWorkers(const rendezvous::RoundInfo& round, const WorkerStore& store) {
   round_ = round;
   const auto attempt = static_cast<int>(round.round);
+  const bool firstTree = !logDir_.created();
   logDir_.prepareAttempt(attempt, config_.nprocPerNode);
+  if (firstTree && logDir_.created()) {
+    log_->info("agent: log directory set to: {}", logDir_.runDir());
+  }
   std::vector<WorkerSpec> specs;
   std::vector<UniqueFd> childEnds;  // closed once the workers are spawned
   outStreams_.assign(config_.nprocPerNode, std::nullopt);

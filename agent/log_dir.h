@@ -10,35 +10,47 @@
 //
 // --log-dir /dev/null (newest torch) makes no directory at all: every path accessor returns ""
 // (meaning: console only, and TORCHELASTIC_ERROR_FILE="" for the workers).
-// A value type holding paths; the filesystem work happens in the constructor and prepareAttempt().
+// Nothing is created before it is needed: the constructor only checks (and, for a --log-dir the
+// user gave, creates) the base; the torchelastic_ temp dir, the run dir and the attempt's rank
+// dirs are made by the first prepareAttempt(), just before workers start, so an agent that never
+// starts workers leaves nothing behind. At exit removeIfEmpty() takes back what this agent made
+// with one rmdir per directory (no tree walk). With hundreds of agents on one host this is most
+// of what they cost the filesystem (docs/benchmarks.md, many nodes).
 #pragma once
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace dtrun::agent {
 
 class LogDir {
  public:
-  /// Creates the base (missing parents too) and the run dir. `base` empty or unset = a new
-  /// torchelastic_ dir under $TMPDIR (not removed later, as torchrun). Blocking; throws
-  /// ConfigError naming the path when the base is not a directory or cannot be made.
+  /// A --log-dir the user gave is created now (missing parents too) and checked. `base` empty
+  /// or unset = a new torchelastic_ dir under $TMPDIR, made by the first prepareAttempt() (the
+  /// temporary directory is checked now). Blocking; throws ConfigError naming the path when the
+  /// base is not a directory or cannot be made.
   LogDir(const std::optional<std::string>& base, const std::string& runId);
 
-  /// Removes <run>/attempt_<attempt> with everything in it and recreates it with one empty dir
-  /// per local rank in [0, nproc). No-op when disabled. Blocking; throws dtrun::Error.
-  void prepareAttempt(int attempt, int nproc) const;
+  /// Makes the base and run dirs on the first call; then removes <run>/attempt_<attempt> with
+  /// everything in it when it exists and makes it anew with one empty dir per local rank in
+  /// [0, nproc). No-op when disabled. Blocking; throws dtrun::Error.
+  void prepareAttempt(int attempt, int nproc);
 
-  /// Without --log-dir: removes the torchelastic_ temp dir this agent made when no file was
-  /// written under it (torchrun leaves one per run behind; dtrun keeps only those with logs or
-  /// error files). Returns true when it removed it. Blocking; never throws.
-  bool removeIfEmpty() const;
+  /// Takes back the directories this agent made, deepest first, as long as they are empty:
+  /// rank and attempt dirs, the run dir, and without --log-dir the torchelastic_ temp dir
+  /// (torchrun leaves one per run behind; dtrun keeps only those with logs or error files).
+  /// Never touches the base the user gave. Returns true when the temp dir is gone. Blocking;
+  /// never throws.
+  bool removeIfEmpty();
 
   /// True for --log-dir /dev/null: no files, console only.
-  bool disabled() const { return runDir_.empty(); }
-  /// The base directory (absolute; "/dev/null" when disabled).
+  bool disabled() const { return disabled_; }
+  /// True once the run dir exists (after the first prepareAttempt(), unless disabled).
+  bool created() const { return !runDir_.empty(); }
+  /// The base directory (absolute; "/dev/null" when disabled; "" while a temp base is not made).
   const std::string& baseDir() const { return baseDir_; }
-  /// <base>/<run_id>_XXXXXXXX, absolute ("" when disabled).
+  /// <base>/<run_id>_XXXXXXXX, absolute ("" when disabled or not made yet).
   const std::string& runDir() const { return runDir_; }
   /// <run>/attempt_<n> ("" when disabled).
   std::string attemptDir(int attempt) const;
@@ -57,10 +69,15 @@ class LogDir {
 
  private:
   std::string rankFile(int attempt, int localRank, const char* name) const;
+  void makeRunDir();
 
+  std::string runId_;
+  std::string tmpRoot_;  // where the torchelastic_ dir goes when no base was given
   std::string baseDir_;
   std::string runDir_;
+  bool disabled_ = false;
   bool ownsBase_ = false;  // the base is a torchelastic_ temp dir made here
+  std::vector<std::string> made_;  // attempt and rank dirs made here, in the order made
 };
 
 /// Python's tempfile.mkdtemp(prefix=prefix, dir=dir): makes dir/<prefix><8 of [a-z0-9_]> with

@@ -26,6 +26,25 @@ bool fixed(std::string_view in, T* v, std::size_t* used) {
   return true;
 }
 
+// A PING carrying this process's pid as its nonce.
+wire::Request pingRequest() {
+  wire::Request req;
+  req.op = wire::Op::kPing;
+  req.word = static_cast<std::uint32_t>(::getpid());
+  return req;
+}
+
+// Reads PING's reply: the nonce echoed back.
+auto pingReply(std::uint32_t nonce) {
+  return [nonce](std::string_view in, std::string* error) -> std::optional<std::size_t> {
+    std::uint32_t echo = 0;
+    std::size_t used = 0;
+    if (!fixed(in, &echo, &used)) return std::nullopt;
+    if (echo != nonce) *error = "PING answered with a different nonce";
+    return used;
+  };
+}
+
 }  // namespace
 
 struct StoreChannel::State : std::enable_shared_from_this<StoreChannel::State> {
@@ -159,19 +178,8 @@ StoreChannel::~StoreChannel() { close(); }
 void StoreChannel::close() { state_->fail("closed"); }
 
 void StoreChannel::ping(std::chrono::milliseconds timeout, Done done) {
-  wire::Request req;
-  req.op = wire::Op::kPing;
-  req.word = static_cast<std::uint32_t>(::getpid());
-  const std::uint32_t nonce = req.word;
-  state_->submit({state_->frameOf(req),
-                  [nonce](std::string_view in, std::string* error) -> std::optional<std::size_t> {
-                    std::uint32_t echo = 0;
-                    std::size_t used = 0;
-                    if (!fixed(in, &echo, &used)) return std::nullopt;
-                    if (echo != nonce) *error = "PING answered with a different nonce";
-                    return used;
-                  },
-                  timeout, std::move(done)});
+  const wire::Request req = pingRequest();
+  state_->submit({state_->frameOf(req), pingReply(req.word), timeout, std::move(done)});
 }
 
 void StoreChannel::addOnClose(const std::string& key, std::int64_t delta,
@@ -181,19 +189,9 @@ void StoreChannel::addOnClose(const std::string& key, std::int64_t delta,
   add.op = wire::Op::kAddOnClose;
   add.keys = {key};
   add.number = delta;
-  wire::Request ping;
-  ping.op = wire::Op::kPing;
-  ping.word = static_cast<std::uint32_t>(::getpid());
-  const std::uint32_t nonce = ping.word;
-  state_->submit({state_->frameOf(add) + state_->frameOf(ping),
-                  [nonce](std::string_view in, std::string* error) -> std::optional<std::size_t> {
-                    std::uint32_t echo = 0;
-                    std::size_t used = 0;
-                    if (!fixed(in, &echo, &used)) return std::nullopt;
-                    if (echo != nonce) *error = "PING answered with a different nonce";
-                    return used;
-                  },
-                  timeout, std::move(done)});
+  const wire::Request ping = pingRequest();
+  state_->submit(
+      {state_->frameOf(add) + state_->frameOf(ping), pingReply(ping.word), timeout, std::move(done)});
 }
 
 void StoreChannel::read(const std::string& key, std::chrono::milliseconds timeout,

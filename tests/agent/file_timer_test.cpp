@@ -18,28 +18,19 @@
 
 #include "agent/process_tree.h"
 #include "common/error.h"
+#include "tests/support/run_until.h"
 #include "tests/support/test_support.h"
 
 using dtrun::agent::FileTimerServer;
 using dtrun::agent::ownerOf;
 using dtrun::agent::parseFileTimerRequest;
 using dtrun::agent::TimerExpiry;
+using dtrun::test::runUntil;
 using dtrun::test::pollUntil;
 using dtrun::test::TempDir;
 using namespace std::chrono_literals;
 
 namespace {
-
-bool runUntil(boost::asio::io_context& io, const std::function<bool()>& cond,
-              std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-  return pollUntil(
-      [&] {
-        io.restart();
-        io.poll();
-        return cond();
-      },
-      timeout);
-}
 
 double nowSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();

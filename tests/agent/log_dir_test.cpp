@@ -53,6 +53,12 @@ TEST_CASE("LogDir makes torchrun's layout under --log-dir", "[agent][logdir]") {
   LogDir logs(base.string(), "none");
   CHECK(fs::is_directory(base));
   CHECK(logs.baseDir() == base.string());
+  CHECK(fs::is_empty(base));  // nothing more until workers start
+  CHECK_FALSE(logs.created());
+  CHECK(logs.runDir().empty());
+  CHECK(logs.errorFilePath(0, 0).empty());
+  logs.prepareAttempt(0, 3);
+  CHECK(logs.created());
   fs::path run = logs.runDir();
   CHECK(run.parent_path() == base);
   CHECK(std::regex_match(run.filename().string(), std::regex("none_[a-z0-9_]{8}")));
@@ -60,7 +66,6 @@ TEST_CASE("LogDir makes torchrun's layout under --log-dir", "[agent][logdir]") {
   REQUIRE(::stat(run.c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0700);  // mkdtemp's mode
 
-  logs.prepareAttempt(0, 3);
   CHECK(entries(run) == 1);
   CHECK(entries(run / "attempt_0") == 3);
   for (int lr = 0; lr < 3; ++lr) {
@@ -100,6 +105,8 @@ TEST_CASE("LogDir gives each agent its own run dir", "[agent][logdir]") {
   TempDir tmp;
   LogDir a(tmp.path().string(), "r");
   LogDir b(tmp.path().string(), "r");
+  a.prepareAttempt(0, 1);
+  b.prepareAttempt(0, 1);
   CHECK(a.runDir() != b.runDir());
   CHECK(entries(tmp.path()) == 2);
 }
@@ -109,7 +116,11 @@ TEST_CASE("LogDir without --log-dir uses a torchelastic_ temp dir", "[agent][log
   ScopedEnv env("TMPDIR", tmp.path().string());
   for (const std::optional<std::string>& base :
        {std::optional<std::string>(), std::optional<std::string>("")}) {
+    const auto before = entries(tmp.path());
     LogDir logs(base, "abc");
+    CHECK(logs.baseDir().empty());  // made with the first attempt, not before
+    CHECK(entries(tmp.path()) == before);
+    logs.prepareAttempt(0, 1);
     fs::path b = logs.baseDir();
     CHECK(b.parent_path() == tmp.path());
     CHECK(std::regex_match(b.filename().string(), std::regex("torchelastic_[a-z0-9_]{8}")));
@@ -138,8 +149,19 @@ TEST_CASE("LogDir removes its own temp dir only when nothing was written", "[age
   TempDir given;
   LogDir mine(given.path().string(), "job");
   mine.prepareAttempt(0, 1);
+  std::ofstream(mine.stdoutPath(0, 0)) << "x";
+  mine.prepareAttempt(1, 2);  // a restart: attempt_1 stays empty, attempt_0 holds a log
   CHECK_FALSE(mine.removeIfEmpty());
-  CHECK(fs::exists(mine.runDir()));
+  CHECK(fs::exists(mine.stdoutPath(0, 0)));
+  CHECK_FALSE(fs::exists(mine.attemptDir(1)));  // what stayed empty is taken back
+  CHECK(fs::is_directory(given.path()));
+
+  // An agent that never started workers made nothing and leaves nothing.
+  LogDir never(std::nullopt, "job");
+  CHECK_FALSE(never.removeIfEmpty());
+  LogDir neverGiven(given.path().string(), "job2");
+  CHECK_FALSE(neverGiven.removeIfEmpty());
+  CHECK(entries(given.path()) == 1);  // only mine's run dir
 }
 
 TEST_CASE("LogDir rejects a --log-dir that is a file", "[agent][logdir]") {

@@ -18,13 +18,12 @@ using dtrun::agent::LinePrefixVars;
 using dtrun::agent::LogForwarder;
 using dtrun::agent::StreamOptions;
 using dtrun::agent::UniqueFd;
+using dtrun::test::runUntil;
 using dtrun::test::pollUntil;
 using dtrun::test::readFile;
 using dtrun::test::TempDir;
 using dtrun::test::writeFile;
 using namespace std::chrono_literals;
-
-using dtrun::test::runUntil;
 
 namespace {
 

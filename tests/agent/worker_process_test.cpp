@@ -25,11 +25,10 @@
 
 using namespace dtrun::agent;
 using dtrun::SpawnSpec;
+using dtrun::test::runUntil;
 using dtrun::test::pollUntil;
 using dtrun::test::processAlive;
 using namespace std::chrono_literals;
-
-using dtrun::test::runUntil;
 
 namespace {
 
