@@ -60,8 +60,11 @@ struct Record {
     ssize_t n = ::read(readFd, &r, sizeof(r));
     if (n < 0 && errno == EINTR) continue;
     if (n != static_cast<ssize_t>(sizeof(r))) break;  // EOF: the agent is gone
-    if (r.op == 'a') groups.insert(r.pgid);
-    if (r.op == 'r') groups.erase(r.pgid);
+    // A copy: insert() and erase() take a reference, which a packed member cannot bind
+    // (misaligned; UBSan stops the guard there, and then no group is ever killed).
+    const int pgid = r.pgid;
+    if (r.op == 'a') groups.insert(pgid);
+    if (r.op == 'r') groups.erase(pgid);
   }
   for (int g : groups) ::kill(-g, SIGKILL);
   ::_exit(0);

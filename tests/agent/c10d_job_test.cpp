@@ -10,7 +10,7 @@
 
 #include "common/abort_key.h"
 #include "tests/rendezvous/store_test_util.h"
-#include "tests/support/io_test_util.h"
+#include "tests/support/run_until.h"
 #include "tests/support/test_support.h"
 
 using namespace dtrun::agent;

@@ -18,7 +18,7 @@
 
 #include "agent/process_tree.h"
 #include "common/error.h"
-#include "tests/support/io_test_util.h"
+#include "tests/support/run_until.h"
 #include "tests/support/test_support.h"
 
 using dtrun::agent::FileTimerServer;

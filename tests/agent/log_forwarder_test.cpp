@@ -11,20 +11,19 @@
 #include <sstream>
 
 #include "common/error.h"
-#include "tests/support/io_test_util.h"
+#include "tests/support/run_until.h"
 #include "tests/support/test_support.h"
 
 using dtrun::agent::LinePrefixVars;
 using dtrun::agent::LogForwarder;
 using dtrun::agent::StreamOptions;
 using dtrun::agent::UniqueFd;
+using dtrun::test::runUntil;
 using dtrun::test::pollUntil;
 using dtrun::test::readFile;
 using dtrun::test::TempDir;
 using dtrun::test::writeFile;
 using namespace std::chrono_literals;
-
-using dtrun::test::runUntil;
 
 namespace {
 

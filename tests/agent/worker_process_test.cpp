@@ -20,16 +20,15 @@
 
 #include "agent/orphan_guard.h"
 #include "agent/worker_group.h"
-#include "tests/support/io_test_util.h"
+#include "tests/support/run_until.h"
 #include "tests/support/test_support.h"
 
 using namespace dtrun::agent;
 using dtrun::SpawnSpec;
+using dtrun::test::runUntil;
 using dtrun::test::pollUntil;
 using dtrun::test::processAlive;
 using namespace std::chrono_literals;
-
-using dtrun::test::runUntil;
 
 namespace {
 
