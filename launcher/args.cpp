@@ -9,6 +9,8 @@
 #include <string_view>
 #include <system_error>
 
+#include "rendezvous/etcd/etcd_client.h"
+
 namespace dtrun::launcher {
 namespace {
 
@@ -340,6 +342,25 @@ int parseNprocPerNode(const std::string& option, const std::string& text, const 
                    "': expected a positive integer, auto, cpu, gpu or xpu");
 }
 
+std::vector<rendezvous::etcd::Endpoint> parseEtcdEndpoints(
+    const std::string& option, const std::string& text,
+    const std::map<std::string, std::string>& conf) {
+  const std::string protocol = confValue(conf, {"protocol"});
+  try {
+    return rendezvous::etcd::parseEndpoints(option, text, protocol.empty() ? "http" : protocol);
+  } catch (const ConfigError& e) {
+    throw UsageError(e.what());
+  }
+}
+
+std::string confValue(const std::map<std::string, std::string>& conf,
+                      std::initializer_list<const char*> keys) {
+  for (const char* k : keys) {
+    if (auto it = conf.find(k); it != conf.end()) return it->second;
+  }
+  return "";
+}
+
 void applyRendezvousConf(agent::RendezvousConfig& r, const std::string& option,
                          const std::string& text) {
   r.conf = parseKeyValueList(option, text);
@@ -366,6 +387,12 @@ void applyRendezvousConf(agent::RendezvousConfig& r, const std::string& option,
       r.isHost = parseBool(label(key), value);
     } else if (key == "use_libuv") {
       parseBool(label(key), value);  // dtrun's store has one implementation; checked, unused
+    } else if (key == "protocol") {
+      if (value != "http" && value != "https") {
+        throw UsageError(label(key) + ": invalid value '" + value + "': expected http or https");
+      }
+    } else if (key == "quorum_timeout") {
+      parseSeconds(label(key), value);  // the etcd backend reads it (launcher/launch.cpp)
     } else if (key == "store_type") {
       if (value != "tcp") {
         throw UsageError(label(key) + ": invalid value '" + value + "': dtrun supports only tcp");

@@ -264,6 +264,8 @@ std::string EtcdClient::describe() const {
 void EtcdClient::interrupt() {
   interrupted_ = true;
   for (auto& c : connections_) c->interrupt();
+  std::lock_guard lock(watchesMutex_);
+  for (auto* w : watches_) w->interrupt();
 }
 
 bool EtcdClient::checkAnswer(int status, const std::string& body, std::string* why) {
@@ -436,7 +438,16 @@ Watch::Watch(EtcdClient& client, std::string key, std::string rangeEnd, std::int
     : client_(client),
       key_(std::move(key)),
       rangeEnd_(std::move(rangeEnd)),
-      nextRevision_(startRevision) {}
+      nextRevision_(startRevision) {
+  std::lock_guard lock(client_.watchesMutex_);
+  client_.watches_.push_back(this);
+  if (client_.interrupted_) interrupted_ = true;
+}
+
+Watch::~Watch() {
+  std::lock_guard lock(client_.watchesMutex_);
+  std::erase(client_.watches_, this);
+}
 
 void Watch::interrupt() {
   interrupted_ = true;

@@ -127,6 +127,9 @@ class Watch {
   std::int64_t nextRevision() const { return nextRevision_; }
   /// Any thread: next() fails now with ConnectionError.
   void interrupt();
+  ~Watch();
+  Watch(const Watch&) = delete;
+  Watch& operator=(const Watch&) = delete;
 
  private:
   friend class EtcdClient;
@@ -167,7 +170,7 @@ class EtcdClient {
   std::unique_ptr<Watch> watch(const std::string& key, const std::string& rangeEnd,
                                std::int64_t startRevision);
 
-  /// Any thread: the call in progress (and every later one) fails at once.
+  /// Any thread: the call in progress (and every later one) fails at once, watches included.
   void interrupt();
   /// "etcd at a:2379,b:2379".
   std::string describe() const;
@@ -188,6 +191,8 @@ class EtcdClient {
   std::size_t current_ = 0;
   std::string token_;
   std::atomic<bool> interrupted_{false};
+  std::mutex watchesMutex_;
+  std::vector<Watch*> watches_;  // live watches, for interrupt()
 };
 
 }  // namespace dtrun::rendezvous::etcd
