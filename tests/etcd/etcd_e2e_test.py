@@ -35,7 +35,10 @@ import torch_ddp_test as ddp  # noqa: E402
 from etcd_fixture import EtcdCluster  # noqa: E402
 from harness import Skip, check, log, poll  # noqa: E402
 
-ETCD_CONF = {"quorum_timeout": 60}
+# Heartbeats a loaded test machine can keep (the harness's 0.2 s x 3 is for fault detection
+# speed; a missed beat here would be a false fault).
+STEADY = {"keep_alive_interval": 1, "keep_alive_max_attempt": 5}
+ETCD_CONF = dict(STEADY, quorum_timeout=60)
 
 
 def _cluster(job, **kw):
@@ -52,8 +55,20 @@ def _etcd_agent(job, cluster, nnodes, nproc, program=None, conf=None, extra=()):
 
 
 def _run_c10d(job, name, agents, nproc, steps=ddp.STEPS):
-    """The fault-free reference on dtrun's c10d backend."""
-    return ddp._final(ddp._run(job, name, agents=agents, nproc=nproc, steps=steps))
+    """The fault-free reference on dtrun's c10d backend (its own store and run id); returns its
+    final model."""
+    where = job.dir / name
+    where.mkdir()
+    sub = harness.Job(f"{job.name}-{name}", job.dtrun, directory=where)
+    try:
+        sub.start_store()
+        ags = [sub.start_agent(agents, nproc=nproc, conf=STEADY,
+                               program=ddp._program(where / "ckpt", steps))
+               for _ in range(agents)]
+        _wait_all(ags)
+    finally:
+        sub.close()
+    return ddp._final(where / "ckpt")
 
 
 def _wait_all(agents, timeout=180):
