@@ -116,6 +116,24 @@ std::shared_ptr<EtcdClient> EtcdJob::makeClient(milliseconds retryFor) {
   return std::make_shared<EtcdClient>(o);
 }
 
+template <typename T, typename F>
+void EtcdJob::ops(F work, std::function<void(Result<T>)> done) {
+  queue_->run<T>(
+      [this, work = std::move(work)]() mutable -> T {
+        try {
+          return work();
+        } catch (const rendezvous::etcd::UnreachableError& e) {
+          throw ConnectionError(unreachable(options_.quorumTimeout, e.details()));
+        }
+      },
+      std::move(done));
+}
+
+std::string EtcdJob::unreachable(milliseconds down, const std::string& details) const {
+  return "etcd has been unreachable or without quorum for " + seconds(down) +
+         " (quorum_timeout " + seconds(options_.quorumTimeout) + "): " + details;
+}
+
 std::string EtcdJob::describe() const {
   std::string out = "etcd at ";
   for (std::size_t i = 0; i < options_.client.endpoints.size(); ++i) {
@@ -239,6 +257,10 @@ void EtcdJob::watchLoop(std::int64_t fromRevision) {
       log_->warn("rendezvous: {}; reading the job's state again", e.what());
       revision = 0;
       changed();
+    } catch (const rendezvous::etcd::UnreachableError& e) {
+      if (stopping_) return;
+      lost(unreachable(options_.quorumTimeout, e.details()));
+      return;
     } catch (const std::exception& e) {
       if (stopping_) return;
       lost(std::string("watching the job failed: ") + e.what());
@@ -277,9 +299,10 @@ void EtcdJob::keepAliveLoop() {
         failingSince = now;
       }
       const auto down = std::chrono::duration_cast<milliseconds>(now - failingSince);
+      const auto* u = dynamic_cast<const rendezvous::etcd::UnreachableError*>(&e);
+      const std::string details = u ? u->details() : e.what();
       if (down >= options_.quorumTimeout) {
-        lost("etcd has been unreachable or without quorum for " + seconds(down) +
-             " (quorum_timeout " + seconds(options_.quorumTimeout) + "): " + e.what());
+        lost(unreachable(down, details));
         return;
       }
       if (down.count() == 0 || now - lastNotice >= kOutageNotice) {
@@ -288,7 +311,7 @@ void EtcdJob::keepAliveLoop() {
             "rendezvous: {} does not answer (no quorum, or unreachable): {}; the workers keep "
             "running (a running round needs nothing from etcd); giving up in {} (quorum_timeout) "
             "unless etcd comes back",
-            describe(), e.what(), seconds(options_.quorumTimeout - down));
+            describe(), details, seconds(options_.quorumTimeout - down));
       }
     }
   }
@@ -296,17 +319,17 @@ void EtcdJob::keepAliveLoop() {
 
 void EtcdJob::join(std::function<void(Result<rendezvous::RoundInfo>)> done) {
   leaveWorkerStore();
-  queue_->run<rendezvous::RoundInfo>([this] { return rdzv_->join(); }, std::move(done));
+  ops<rendezvous::RoundInfo>([this] { return rdzv_->join(); }, std::move(done));
 }
 
 void EtcdJob::state(std::int64_t round, std::function<void(Result<rendezvous::JobState>)> done) {
-  queue_->run<rendezvous::JobState>([this, round] { return rdzv_->state(round); },
+  ops<rendezvous::JobState>([this, round] { return rdzv_->state(round); },
                                     std::move(done));
 }
 
 void EtcdJob::reportFailure(std::int64_t round, std::string failureJson, int maxRestarts,
                             std::function<void(Result<bool>)> done) {
-  queue_->run<bool>(
+  ops<bool>(
       [this, round, failureJson = std::move(failureJson), maxRestarts] {
         rdzv_->reportFailure(round, failureJson);
         return rdzv_->advance(round, rendezvous::AdvanceReason::kFailure, maxRestarts);
@@ -315,21 +338,21 @@ void EtcdJob::reportFailure(std::int64_t round, std::string failureJson, int max
 }
 
 void EtcdJob::advance(std::int64_t round, std::function<void(Result<bool>)> done) {
-  queue_->run<bool>(
+  ops<bool>(
       [this, round] { return rdzv_->advance(round, rendezvous::AdvanceReason::kMembership, 0); },
       std::move(done));
 }
 
 void EtcdJob::markDone(std::int64_t round, int groupWorldSize,
                        std::function<void(Result<std::int64_t>)> done) {
-  queue_->run<std::int64_t>(
+  ops<std::int64_t>(
       [this, round, groupWorldSize] { return rdzv_->markDone(round, groupWorldSize); },
       std::move(done));
 }
 
 void EtcdJob::failures(std::int64_t round,
                        std::function<void(Result<std::vector<std::string>>)> done) {
-  queue_->run<std::vector<std::string>>([this, round] { return rdzv_->failures(round); },
+  ops<std::vector<std::string>>([this, round] { return rdzv_->failures(round); },
                                         std::move(done));
 }
 
@@ -360,7 +383,7 @@ void EtcdJob::workerStore(const rendezvous::RoundInfo& round,
     }
     WorkerStore ws{options_.localAddr, hosted_->port()};
     const std::string value = options_.localAddr + ":" + std::to_string(ws.port) + " " + memberId_;
-    queue_->run<WorkerStore>(
+    ops<WorkerStore>(
         [this, key, value, ws] {
           ops_->put(key, value, lease_);
           return ws;
@@ -368,7 +391,7 @@ void EtcdJob::workerStore(const rendezvous::RoundInfo& round,
         std::move(done));
     return;
   }
-  queue_->run<HostStore>(
+  ops<HostStore>(
       [this, r, key] {
         HostStore h = parseHostStore(
             r, job_->get(DynamicRendezvous::roundKey(r, "store"), options_.rendezvous.joinTimeout));
@@ -427,7 +450,7 @@ void EtcdJob::abortWorkers(std::int64_t round, std::string reason, std::function
                  [this, done = std::move(done)] { boost::asio::post(io_, done); });
     return;
   }
-  queue_->run<bool>(
+  ops<bool>(
       [this, round, reason] {
         const auto value = job_->get(DynamicRendezvous::roundKey(round, "store"),
                                      options_.connectTimeout);

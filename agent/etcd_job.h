@@ -96,6 +96,11 @@ class EtcdJob : public JobLink {
 
  private:
   std::shared_ptr<rendezvous::etcd::EtcdClient> makeClient(std::chrono::milliseconds retryFor);
+  /// Queues etcd work; "no member answered" comes back as one line about quorum and its bound.
+  template <typename T, typename F>
+  void ops(F work, std::function<void(Result<T>)> done);
+  /// The line for an outage of `down` (quorum_timeout reached): what each member said.
+  std::string unreachable(std::chrono::milliseconds down, const std::string& details) const;
   void registerMember(std::int64_t round);          // ops thread
   void watchLoop(std::int64_t fromRevision);        // watch thread
   void keepAliveLoop();                             // keep-alive thread

@@ -350,9 +350,10 @@ json EtcdClient::call(const std::string& path, const json& body) {
     }
     const auto now = Clock::now();
     if (now >= giveUp) {
-      throw ConnectionError(describe() + ": no member answered " + path + " within " +
-                            std::to_string(options_.retryFor.count() / 1000.0).substr(0, 4) +
-                            " s: " + joinWhys(whys));
+      throw UnreachableError(describe() + ": no member answered " + path + " within " +
+                                 std::to_string(options_.retryFor.count() / 1000.0).substr(0, 4) +
+                                 " s",
+                             joinWhys(whys));
     }
     std::this_thread::sleep_for(std::min(kRetryPause, std::chrono::ceil<milliseconds>(giveUp - now)));
   }
@@ -522,8 +523,7 @@ void Watch::open(Clock::time_point deadline) {
         std::lock_guard lock(mutex_);
         connection_.reset();
       }
-      throw ConnectionError(client_.describe() + ": no member serves a watch: " +
-                            joinWhys(whys));
+      throw UnreachableError(client_.describe() + ": no member serves a watch", joinWhys(whys));
     }
     std::this_thread::sleep_for(std::min(kRetryPause, std::chrono::ceil<milliseconds>(giveUp - now)));
   }

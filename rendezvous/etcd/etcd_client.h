@@ -35,6 +35,18 @@ class EtcdError : public Error {
   int code_;
 };
 
+/// No member answered for the client's retryFor: the cluster is down, unreachable, or without
+/// quorum. details() is what each member said.
+class UnreachableError : public ConnectionError {
+ public:
+  UnreachableError(const std::string& message, std::string details)
+      : ConnectionError(message + ": " + details), details_(std::move(details)) {}
+  const std::string& details() const { return details_; }
+
+ private:
+  std::string details_;
+};
+
 /// A watch asked for events that compaction removed.
 class CompactedError : public Error {
  public:
