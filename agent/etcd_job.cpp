@@ -226,6 +226,7 @@ void EtcdJob::countGone(EtcdClient& client, std::int64_t round, const std::strin
 
 void EtcdJob::watchLoop(std::int64_t fromRevision) {
   const std::string epoch = prefix_ + DynamicRendezvous::epochKey();
+  const std::string succeeded = prefix_ + "succeeded", final = prefix_ + "final";
   std::int64_t revision = fromRevision;
   while (!stopping_) {
     try {
@@ -239,7 +240,14 @@ void EtcdJob::watchLoop(std::int64_t fromRevision) {
             change = true;
             continue;
           }
-          if (e.type != WatchEvent::Type::kDelete) continue;
+          if (e.kv.key == succeeded || e.kv.key == final) {
+            // Over: every agent leaves now, and counting each departure on every other agent
+            // (N x N transactions) would change nothing.
+            finished_ = true;
+            change = true;
+            continue;
+          }
+          if (e.type != WatchEvent::Type::kDelete || finished_) continue;
           // r<R>/alive/<member>: a member's lease ended (or it left).
           const std::string rest = e.kv.key.substr(prefix_.size());
           const auto slash = rest.find("/alive/");
@@ -270,8 +278,10 @@ void EtcdJob::watchLoop(std::int64_t fromRevision) {
 }
 
 void EtcdJob::keepAliveLoop() {
+  // The outage is measured from the last renewal that worked, so the bound is quorum_timeout
+  // plus at most one keep_alive_interval and one request (heartbeat_timeout).
   bool failing = false;
-  Clock::time_point failingSince, lastNotice;
+  Clock::time_point lastOk = Clock::now(), lastNotice;
   for (;;) {
     {
       std::unique_lock lock(mutex_);
@@ -288,24 +298,22 @@ void EtcdJob::keepAliveLoop() {
       }
       if (failing) {
         log_->warn("rendezvous: {} answers again after {}; the job goes on", describe(),
-                   seconds(std::chrono::duration_cast<milliseconds>(Clock::now() - failingSince)));
+                   seconds(std::chrono::duration_cast<milliseconds>(Clock::now() - lastOk)));
         failing = false;
       }
+      lastOk = Clock::now();
     } catch (const std::exception& e) {
       if (stopping_) return;
       const auto now = Clock::now();
-      if (!failing) {
-        failing = true;
-        failingSince = now;
-      }
-      const auto down = std::chrono::duration_cast<milliseconds>(now - failingSince);
+      const auto down = std::chrono::duration_cast<milliseconds>(now - lastOk);
       const auto* u = dynamic_cast<const rendezvous::etcd::UnreachableError*>(&e);
       const std::string details = u ? u->details() : e.what();
       if (down >= options_.quorumTimeout) {
         lost(unreachable(down, details));
         return;
       }
-      if (down.count() == 0 || now - lastNotice >= kOutageNotice) {
+      if (!failing || now - lastNotice >= kOutageNotice) {
+        failing = true;
         lastNotice = now;
         log_->warn(
             "rendezvous: {} does not answer (no quorum, or unreachable): {}; the workers keep "
@@ -323,8 +331,36 @@ void EtcdJob::join(std::function<void(Result<rendezvous::RoundInfo>)> done) {
 }
 
 void EtcdJob::state(std::int64_t round, std::function<void(Result<rendezvous::JobState>)> done) {
-  ops<rendezvous::JobState>([this, round] { return rdzv_->state(round); },
-                                    std::move(done));
+  ops<rendezvous::JobState>([this, round] { return readState(round); }, std::move(done));
+}
+
+rendezvous::JobState EtcdJob::readState(std::int64_t round) {
+  // DynamicRendezvous::state's snapshot in one read-only transaction: its counters are read
+  // there with ADD 0, which on etcd would be a write (a raft round) for every missing key, and
+  // every agent reads the state after every change.
+  const std::vector<std::string> names = {
+      "round", "final", DynamicRendezvous::goneKey(round),
+      DynamicRendezvous::roundKey(round, "waiting"), DynamicRendezvous::roundKey(round, "done"),
+      "restarts"};
+  std::vector<Op> reads;
+  for (const auto& n : names) reads.push_back(Op::get(prefix_ + n));
+  const auto r = ops_->txn({}, reads, {});
+  const auto value = [&](std::size_t i) -> std::optional<std::string> {
+    if (i >= r.ranges.size() || r.ranges[i].kvs.empty()) return std::nullopt;
+    return r.ranges[i].kvs.front().value;
+  };
+  const auto number = [&](std::size_t i) -> std::int64_t {
+    const auto v = value(i);
+    return v && !v->empty() ? std::stoll(*v) : 0;
+  };
+  rendezvous::JobState s;
+  s.round = number(0);
+  s.final = value(1);
+  s.gone = number(2);
+  s.waiting = number(3);
+  s.done = number(4);
+  s.restarts = number(5);
+  return s;
 }
 
 void EtcdJob::reportFailure(std::int64_t round, std::string failureJson, int maxRestarts,
@@ -426,7 +462,7 @@ void EtcdJob::watchStoreHost(std::int64_t round, int fd, std::string address,
   hostChannel_->waitChange(
       kNeverSet, "",
       [this, round, address, hostMember](const std::string& error, rendezvous::Bytes) {
-        if (stopping_ || storeRound_ != round || error.empty()) return;
+        if (stopping_ || finished_ || storeRound_ != round || error.empty()) return;
         // The host of this round's worker store is gone (its workers with it): end the round
         // for everyone now, by deleting the host's alive key, rather than when its lease lapses.
         log_->warn(

@@ -102,6 +102,7 @@ class EtcdJob : public JobLink {
   /// The line for an outage of `down` (quorum_timeout reached): what each member said.
   std::string unreachable(std::chrono::milliseconds down, const std::string& details) const;
   void registerMember(std::int64_t round);          // ops thread
+  rendezvous::JobState readState(std::int64_t round);  // ops thread
   void watchLoop(std::int64_t fromRevision);        // watch thread
   void keepAliveLoop();                             // keep-alive thread
   /// Counts member `id` of `round` in r<round>/gone once, whoever sees its key vanish first.
@@ -130,6 +131,7 @@ class EtcdJob : public JobLink {
   std::condition_variable cv_;  // wakes the keep-alive thread on close
   std::atomic<bool> stopping_{false};
   std::atomic<bool> lostReported_{false};
+  std::atomic<bool> finished_{false};  // the watch saw the job succeed or fail for good
   std::thread watchThread_, keepAliveThread_;
   // Io thread only:
   bool watching_ = false;
