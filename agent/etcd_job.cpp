@@ -144,6 +144,7 @@ std::string EtcdJob::describe() const {
 
 void EtcdJob::close() {
   if (stopping_.exchange(true)) return;
+  if (queue_) queue_->cancel();  // no result is posted from now on
   cv_.notify_all();
   for (auto* c : {&ops_, &watchClient_, &keepAliveClient_}) {
     if (*c) (*c)->interrupt();
@@ -225,7 +226,8 @@ void EtcdJob::countGone(EtcdClient& client, std::int64_t round, const std::strin
 }
 
 void EtcdJob::watchLoop(std::int64_t fromRevision) {
-  const std::string epoch = prefix_ + DynamicRendezvous::epochKey();
+  const std::string epoch = prefix_ + DynamicRendezvous::epochKey();  // "epoch" has no sibling
+                                                                       // key it is a prefix of
   const std::string succeeded = prefix_ + "succeeded", final = prefix_ + "final";
   std::int64_t revision = fromRevision;
   while (!stopping_) {
@@ -236,7 +238,7 @@ void EtcdJob::watchLoop(std::int64_t fromRevision) {
         revision = w->nextRevision();
         bool change = false;
         for (const auto& e : *events) {
-          if (e.kv.key == epoch) {
+          if (e.kv.key.rfind(epoch, 0) == 0) {  // the epoch or one of its increments
             change = true;
             continue;
           }
@@ -342,16 +344,22 @@ rendezvous::JobState EtcdJob::readState(std::int64_t round) {
       "round", "final", DynamicRendezvous::goneKey(round),
       DynamicRendezvous::roundKey(round, "waiting"), DynamicRendezvous::roundKey(round, "done"),
       "restarts"};
+  // Counters are a key plus its increments, K\x01... (rendezvous/etcd/etcd_store.h): each read
+  // spans [K, K\x02).
   std::vector<Op> reads;
-  for (const auto& n : names) reads.push_back(Op::get(prefix_ + n));
+  for (const auto& n : names) reads.push_back(Op::scan(prefix_ + n, prefix_ + n + '\x02'));
   const auto r = ops_->txn({}, reads, {});
   const auto value = [&](std::size_t i) -> std::optional<std::string> {
     if (i >= r.ranges.size() || r.ranges[i].kvs.empty()) return std::nullopt;
     return r.ranges[i].kvs.front().value;
   };
   const auto number = [&](std::size_t i) -> std::int64_t {
-    const auto v = value(i);
-    return v && !v->empty() ? std::stoll(*v) : 0;
+    std::int64_t total = 0;
+    if (i >= r.ranges.size()) return total;
+    for (const auto& kv : r.ranges[i].kvs) {
+      if (!kv.value.empty()) total += std::stoll(kv.value);
+    }
+    return total;
   };
   rendezvous::JobState s;
   s.round = number(0);

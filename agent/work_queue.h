@@ -1,6 +1,7 @@
 // WorkQueue: one thread that runs a JobLink's blocking work in order and posts each result back
 // to the agent's io thread (agent/job_link.h: every call returns at once, `done` runs later on
-// the io thread). Used by the etcd backend (agent/etcd_job.h).
+// the io thread). Used by both backends that talk to a shared store (agent/c10d_job.h,
+// agent/etcd_job.h).
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -47,15 +48,19 @@ class WorkQueue {
     }
     cv_.notify_all();
   }
-  /// Drops what is queued and joins the thread once the job in progress returns (the caller
-  /// interrupts whatever that job blocks on first).
-  void stop() {
+  /// Drops what is queued; the job in progress may finish, but its result is not posted.
+  void cancel() {
     {
       std::lock_guard lock(mutex_);
       stopping_ = true;
       jobs_.clear();
     }
     cv_.notify_all();
+  }
+  /// cancel(), then joins the thread once the job in progress returns (the caller interrupts
+  /// whatever that job blocks on first).
+  void stop() {
+    cancel();
     if (thread_.joinable()) thread_.join();
   }
   bool stopping() {

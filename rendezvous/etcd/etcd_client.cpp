@@ -226,6 +226,13 @@ Op Op::get(std::string key) {
   return op;
 }
 
+Op Op::scan(std::string key, std::string rangeEnd) {
+  Op op;
+  op.key = std::move(key);
+  op.rangeEnd = std::move(rangeEnd);
+  return op;
+}
+
 Op Op::put(std::string key, std::string value, std::int64_t lease) {
   Op op;
   op.kind = Kind::kPut;
@@ -366,10 +373,11 @@ std::optional<KeyValue> EtcdClient::get(const std::string& key) {
 }
 
 RangeResponse EtcdClient::range(const std::string& key, const std::string& rangeEnd,
-                                bool countOnly) {
+                                bool countOnly, std::int64_t revision) {
   json body{{"key", base64(key)}};
   if (!rangeEnd.empty()) body["range_end"] = base64(rangeEnd);
   if (countOnly) body["count_only"] = true;
+  if (revision > 0) body["revision"] = std::to_string(revision);
   return rangeResponse(call("/v3/kv/range", body));
 }
 

@@ -106,6 +106,7 @@ struct Op {
   bool countOnly = false;
 
   static Op get(std::string key);
+  static Op scan(std::string key, std::string rangeEnd);
   static Op put(std::string key, std::string value, std::int64_t lease = 0);
   static Op remove(std::string key, std::string rangeEnd = "");
 };
@@ -165,7 +166,9 @@ class EtcdClient {
   EtcdClient& operator=(const EtcdClient&) = delete;
 
   std::optional<KeyValue> get(const std::string& key);
-  RangeResponse range(const std::string& key, const std::string& rangeEnd, bool countOnly = false);
+  /// `revision` > 0: the keys as they were at that revision.
+  RangeResponse range(const std::string& key, const std::string& rangeEnd, bool countOnly = false,
+                      std::int64_t revision = 0);
   /// Returns the revision of the write.
   std::int64_t put(const std::string& key, const std::string& value, std::int64_t lease = 0);
   /// Deletes `key` (or [key, rangeEnd)); returns how many keys went.

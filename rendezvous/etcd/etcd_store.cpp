@@ -1,6 +1,8 @@
 #include "rendezvous/etcd/etcd_store.h"
 
+#include <cstdio>
 #include <optional>
+#include <random>
 
 namespace dtrun::rendezvous::etcd {
 
@@ -22,7 +24,12 @@ std::optional<KeyValue> first(const TxnResponse& r) {
 
 }  // namespace
 
-EtcdStore::EtcdStore(std::shared_ptr<EtcdClient> client) : client_(std::move(client)) {}
+EtcdStore::EtcdStore(std::shared_ptr<EtcdClient> client) : client_(std::move(client)) {
+  std::random_device rd;
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%08x%08x", rd(), rd());
+  writer_ = buf;
+}
 
 void EtcdStore::set(const std::string& key, const Bytes& value) { client_->put(key, value); }
 
@@ -45,28 +52,44 @@ Bytes EtcdStore::get(const std::string& key, milliseconds timeout) {
   return waitFor(key, timeout, [](const Bytes&) { return true; }, "get");
 }
 
-std::int64_t EtcdStore::add(const std::string& key, std::int64_t delta) {
-  const auto parse = [&](const Bytes& v) {
+std::int64_t EtcdStore::sum(const std::string& key, const RangeResponse& r) {
+  std::int64_t total = 0;
+  for (const auto& kv : r.kvs) {
     try {
-      return v.empty() ? std::int64_t{0} : static_cast<std::int64_t>(std::stoll(v));
+      total += kv.value.empty() ? 0 : static_cast<std::int64_t>(std::stoll(kv.value));
     } catch (const std::exception&) {
-      throw ProtocolError("etcd key '" + key + "' holds '" + v.substr(0, 40) +
+      throw ProtocolError("etcd key '" + key + "' holds '" + kv.value.substr(0, 40) +
                           "', not a counter");
     }
-  };
-  if (delta == 0) {
-    // A read that creates the counter, as ADD 0 does on dtrun's store: no write when it exists.
-    const TxnResponse r = client_->txn({Compare::missing(key)}, {Op::put(key, "0")}, {Op::get(key)});
-    if (r.succeeded) return 0;
-    const auto kv = first(r);
-    return kv ? parse(kv->value) : 0;
   }
-  return std::stoll(update(key, [&](const std::optional<Bytes>& old) {
-    return std::to_string((old ? parse(*old) : 0) + delta);
-  }));
+  return total;
+}
+
+std::int64_t EtcdStore::add(const std::string& key, std::int64_t delta) {
+  const std::string end = key + '\x02';  // K itself and every K\x01...
+  if (delta == 0) {
+    // A read that creates the counter, as ADD 0 does on dtrun's store (a later COMPARE_SET of
+    // "round" needs the key to exist). Read first: a transaction with a put goes through raft
+    // (an fsync on every member) even when its compare fails, a plain read does not.
+    const RangeResponse now = client_->range(key, end);
+    if (!now.kvs.empty() && now.kvs.front().key == key) return sum(key, now);
+    const TxnResponse r = client_->txn({Compare::missing(key)},
+                                       {Op::put(key, "0"), Op::scan(key, end)}, {Op::scan(key, end)});
+    return r.ranges.empty() ? 0 : sum(key, r.ranges.back());
+  }
+  const std::string inc = key + '\x01' + writer_ + "-" + std::to_string(++added_);
+  const std::int64_t revision = client_->put(inc, std::to_string(delta));
+  return sum(key, client_->range(key, end, false, revision));
 }
 
 Bytes EtcdStore::compareSet(const std::string& key, const Bytes& expected, const Bytes& desired) {
+  // Most calls of the protocol lose (every node tries to close a round or claim it): read first,
+  // and write (a raft round even when the compare fails) only when the swap may succeed.
+  if (const auto now = client_->get(key)) {
+    if (now->value != expected) return now->value;
+  } else if (!expected.empty()) {
+    return expected;
+  }
   for (;;) {
     const Compare guard =
         expected.empty() ? Compare::missing(key) : Compare::valueIs(key, expected);
@@ -138,7 +161,12 @@ std::vector<Bytes> EtcdStore::multiGet(const std::vector<std::string>& keys,
   return out;
 }
 
-bool EtcdStore::deleteKey(const std::string& key) { return client_->remove(key) > 0; }
+bool EtcdStore::deleteKey(const std::string& key) {
+  // A counter's increments go with it.
+  const bool existed = client_->remove(key) > 0;
+  client_->remove(key + '\x01', key + '\x02');
+  return existed;
+}
 
 std::int64_t EtcdStore::numKeys() {
   const std::string all(1, '\0');

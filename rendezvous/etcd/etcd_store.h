@@ -1,9 +1,15 @@
 // EtcdStore: dtrun's Store interface (rendezvous/store.h) on etcd, so that the rendezvous protocol
 // (rendezvous/dynamic_rendezvous.h) runs unchanged on a replicated store.
 //
-// Every read-modify-write is one etcd transaction guarded by the key's revision (ADD, APPEND) or
-// value (COMPARE_SET), retried when another client wrote first: etcd serialises them, so they
-// are as atomic as on dtrun's store server. Waits (GET, WAIT, WAIT_CHANGE) read once and then
+// COMPARE_SET and APPEND are one etcd transaction guarded by the key's value or revision, retried
+// when another client wrote first: etcd serialises them, so they are as atomic as on dtrun's
+// store server. ADD is not a compare-and-set (N nodes adding at once would cost N x N/2 failed
+// writes, each a raft round): a non-zero delta is a key of its own, K\x01<writer>-<n>, and the
+// counter's value is K's value plus every such delta, read at one revision. So an ADD is one
+// write and one read, whoever else adds, and the value it returns counts exactly the ADDs at or
+// before its own revision (join indices stay unique and dense). A counter is therefore read with
+// ADD 0 (as the rendezvous does); GET, SET and COMPARE_SET see only K itself, so a key that is
+// ADDed with a non-zero delta must not be used with them (none is, in the rendezvous protocol). Waits (GET, WAIT, WAIT_CHANGE) read once and then
 // watch the key from the revision after that read: no polling, and no event lost in between.
 // Blocking; one thread at a time (it owns its EtcdClient).
 #pragma once
@@ -44,7 +50,12 @@ class EtcdStore : public Store {
   Bytes update(const std::string& key,
                const std::function<Bytes(const std::optional<Bytes>&)>& change);
 
+  /// K's value plus its increments, from a range over [K, K\x02).
+  std::int64_t sum(const std::string& key, const RangeResponse& r);
+
   std::shared_ptr<EtcdClient> client_;
+  std::string writer_;      // this store's part of its increments' keys
+  std::uint64_t added_ = 0;  // increments written so far
 };
 
 }  // namespace dtrun::rendezvous::etcd

@@ -6,7 +6,7 @@
       hosts the store (both launchers). Seconds from the first agent's spawn until every agent
       has exited; every agent must exit 0. --backend etcd --etcd ENDPOINTS: dtrun's etcd backend
       against those etcd members, and torchrun 1.13's etcd-v2 backend against the first one
-      (it needs etcd's v2 API: --enable-v2). Also prints the largest agent's peak RSS.
+      (it needs etcd's v2 API: --enable-v2). Also prints the largest agent's peak RSS (VmHWM).
   rendezvous_run.py recovery --nodes N [--repeats R] ...
       N dtrun agents x 1 worker (/bin/sleep) with --nnodes 2:N against a `dtrun store`; one
       agent is SIGKILLed once all workers run; seconds from the kill until every survivor's
@@ -48,10 +48,26 @@ def spawn(argv, env, log_path):
         os.close(fd)
 
 
-def wait_all(pids, timeout, rss=None):
+def sample_hwm(pids, box, stop):
+    """Peak resident set (VmHWM, KiB) of each agent process itself (not its workers), read from
+    /proc every 20 ms until `stop` is set: the agent's own memory, as scripts/bench/launch
+    measures it."""
+    while not stop.is_set():
+        for p in pids:
+            try:
+                with open(f"/proc/{p}/status") as f:
+                    for line in f:
+                        if line.startswith("VmHWM:"):
+                            box[p] = max(box.get(p, 0), int(line.split()[1]))
+                            break
+            except OSError:
+                pass
+        stop.wait(0.02)
+
+
+def wait_all(pids, timeout):
     """{pid: exit status}; kills what is left after `timeout` seconds (status None). Blocks in
-    waitpid rather than polling, so the harness takes no CPU from the agents it times. `rss`:
-    a dict that gets each child's peak resident set (KiB, from wait4's rusage)."""
+    waitpid rather than polling, so the harness takes no CPU from the agents it times."""
     status = {}
     killed = set()
 
@@ -69,11 +85,9 @@ def wait_all(pids, timeout, rss=None):
     try:
         while len(status) < len(pids):
             try:
-                pid, st, usage = os.wait4(-1, 0)
+                pid, st = os.waitpid(-1, 0)
             except ChildProcessError:
                 break
-            if pid in pids and rss is not None:
-                rss[pid] = usage.ru_maxrss
             if pid in pids:
                 status[pid] = None if pid in killed else os.waitstatus_to_exitcode(st)
     finally:
@@ -99,8 +113,14 @@ def launch(args, workdir):
                 "--no_python", "/bin/true"]
     t0 = time.perf_counter()
     pids = [spawn(argv, env, os.path.join(workdir, f"agent{i}.log")) for i in range(args.nodes)]
-    rss = {}
-    status = wait_all(pids, args.timeout, rss)
+    rss, stop = {}, threading.Event()
+    sampler = threading.Thread(target=sample_hwm, args=(pids, rss, stop))
+    sampler.start()
+    try:
+        status = wait_all(pids, args.timeout)
+    finally:
+        stop.set()
+        sampler.join()
     args.last_max_rss_kb = max(rss.values(), default=0)
     seconds = time.perf_counter() - t0
     bad = {i: status.get(p) for i, p in enumerate(pids) if status.get(p) != 0}

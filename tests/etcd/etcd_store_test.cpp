@@ -56,16 +56,25 @@ TEST_CASE("etcd store: counters, compare-and-set, append and waits", "[etcd]") {
   a->set("text", "x");
   CHECK_THROWS_AS(a->add("text", 1), dtrun::ProtocolError);
 
-  // Every ADD counts once with four clients racing on one key.
+  // Every ADD counts once with four clients racing on one key, and each gets a value of its
+  // own: 1..100, each once (what makes join indices unique and dense).
   std::vector<std::thread> threads;
+  std::vector<std::vector<std::int64_t>> got(4);
   for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&cluster] {
+    threads.emplace_back([&cluster, &got, t] {
       auto s = storeFor(cluster);
-      for (int i = 0; i < 25; ++i) s->add("race", 1);
+      for (int i = 0; i < 25; ++i) got[t].push_back(s->add("race", 1));
     });
   }
   for (auto& t : threads) t.join();
   CHECK(a->add("race", 0) == 100);
+  std::set<std::int64_t> all;
+  for (const auto& g : got) all.insert(g.begin(), g.end());
+  CHECK(all.size() == 100);
+  CHECK(*all.begin() == 1);
+  CHECK(*all.rbegin() == 100);
+  CHECK(a->deleteKey("race"));
+  CHECK(a->add("race", 0) == 0);  // its increments went with it
 
   // compareSet: torch's answers.
   CHECK(a->compareSet("cas", "", "first") == "first");
