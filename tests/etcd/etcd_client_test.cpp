@@ -160,7 +160,7 @@ TEST_CASE("etcd client: one member down is invisible, a watch included", "[etcd]
   CHECK(c.get("k")->value == "20");
 }
 
-TEST_CASE("etcd client: quorum lost fails within retryFor naming every member; it recovers",
+TEST_CASE("etcd client: quorum lost fails within retryFor naming every member, then recovers",
           "[etcd]") {
   NEED_ETCD();
   EtcdCluster cluster;
