@@ -481,7 +481,7 @@ void EtcdJob::watchStoreHost(std::int64_t round, int fd, std::string address,
           try {
             ops_->remove(prefix_ + DynamicRendezvous::roundKey(round, "alive/" + hostMember));
           } catch (const std::exception& e) {
-            log_->warn("rendezvous: could not end round {}: {}", round, e.what());
+            if (!stopping_) log_->warn("rendezvous: could not end round {}: {}", round, e.what());
           }
         });
       });

@@ -210,7 +210,9 @@ def quorum_lost_recovers(job):
 def quorum_lost_fails(job):
     cluster = _cluster(job)
     try:
-        bound = 5
+        # Above one renewal attempt (keep_alive_interval 1 s + heartbeat_timeout 5 s), so that
+        # the agents first say what is wrong, then give up.
+        bound = 12
         agents, t0 = _quorum_job(job, cluster, bound)
         for a in agents:
             rc = a.wait(bound + 60)
