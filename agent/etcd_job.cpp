@@ -49,6 +49,16 @@ struct HostStore {
 };
 
 // "addr:port member" as the host puts it at r<R>/store.
+// A client of a round's worker store, bounded by `timeout`.
+rendezvous::TcpStoreOptions workerStoreClient(const WorkerStore& ws, milliseconds timeout) {
+  rendezvous::TcpStoreOptions o;
+  o.host = ws.addr;
+  o.port = ws.port;
+  o.connectTimeout = timeout;
+  o.timeout = timeout;
+  return o;
+}
+
 HostStore parseHostStore(std::int64_t round, const std::string& value) {
   const auto space = value.find(' ');
   const std::string addr = value.substr(0, space);
@@ -439,12 +449,7 @@ void EtcdJob::workerStore(const rendezvous::RoundInfo& round,
       [this, r, key] {
         HostStore h = parseHostStore(
             r, job_->get(DynamicRendezvous::roundKey(r, "store"), options_.rendezvous.joinTimeout));
-        rendezvous::TcpStoreOptions o;
-        o.host = h.store.addr;
-        o.port = h.store.port;
-        o.connectTimeout = options_.connectTimeout;
-        o.timeout = options_.connectTimeout;
-        rendezvous::TcpStore connection(o);
+        rendezvous::TcpStore connection(workerStoreClient(h.store, options_.connectTimeout));
         h.fd = connection.detachSocket();
         return h;
       },
@@ -499,12 +504,7 @@ void EtcdJob::abortWorkers(std::int64_t round, std::string reason, std::function
         const auto value = job_->get(DynamicRendezvous::roundKey(round, "store"),
                                      options_.connectTimeout);
         const HostStore h = parseHostStore(round, value);
-        rendezvous::TcpStoreOptions o;
-        o.host = h.store.addr;
-        o.port = h.store.port;
-        o.connectTimeout = options_.connectTimeout;
-        o.timeout = options_.connectTimeout;
-        rendezvous::TcpStore store(o);
+        rendezvous::TcpStore store(workerStoreClient(h.store, options_.connectTimeout));
         store.set(worker::abortKey(round), reason);
         store.ping();
         return true;

@@ -30,19 +30,7 @@ EtcdCluster::EtcdCluster(int members, std::vector<std::string> extra, std::strin
     m.peerPort = pickFreePort();
     members_.push_back(m);
   }
-  for (int i = 0; i < members; ++i) {
-    const auto argv = command(i, true);
-    SpawnSpec spec;
-    spec.argv = argv;
-    const auto log = (dir() / (members_[i].name + ".log")).string();
-    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    spec.stdoutFd = fd;
-    spec.stderrFd = fd;
-    spec.stdinFd = kSpawnDevNull;
-    spec.parentDeathSignal = SIGKILL;
-    members_[i].pid = spawnProcess(spec);
-    ::close(fd);
-  }
+  for (int i = 0; i < members; ++i) spawn(i, true);
   if (!waitHealthy()) throw std::runtime_error("etcd cluster did not become healthy in 60 s");
 }
 
@@ -93,9 +81,12 @@ void EtcdCluster::kill(int i) {
 }
 
 void EtcdCluster::start(int i) {
-  if (members_[i].pid > 0) return;
+  if (members_[i].pid <= 0) spawn(i, false);
+}
+
+void EtcdCluster::spawn(int i, bool fresh) {
   SpawnSpec spec;
-  spec.argv = command(i, false);
+  spec.argv = command(i, fresh);
   const auto log = (dir() / (members_[i].name + ".log")).string();
   int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   spec.stdoutFd = fd;

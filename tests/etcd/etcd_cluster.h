@@ -51,6 +51,7 @@ class EtcdCluster {
     int pid = 0;
   };
   std::vector<std::string> command(int i, bool fresh) const;
+  void spawn(int i, bool fresh);
 
   TempDir dir_;
   std::vector<std::string> extra_;
