@@ -222,7 +222,8 @@ void C10dJob::markDone(std::int64_t round, int groupWorldSize,
 
 void C10dJob::failures(std::int64_t round,
                        std::function<void(Result<std::vector<std::string>>)> done) {
-  queue_->run<std::vector<std::string>>([this, round] { return rdzv_->failures(round); }, std::move(done));
+  queue_->run<std::vector<std::string>>([this, round] { return rdzv_->failures(round); },
+                                        std::move(done));
 }
 
 void C10dJob::abortWorkers(std::int64_t round, std::string reason, std::function<void()> done) {

@@ -1,9 +1,9 @@
 // C10dJob: the JobLink of the c10d and static backends, over dtrun's store.
 //
 // Three connections to the job's store:
-//   ops         the rendezvous thread (agent/work_queue.h) runs queued work (the rendezvous, reports, state reads)
-//               one at a time with a blocking TcpStore: the protocol (rendezvous/
-//               dynamic_rendezvous.h) is a sequence of store calls, written straight.
+//   ops         the rendezvous thread (agent/work_queue.h) runs queued work (the rendezvous,
+//               reports, state reads) one at a time with a blocking TcpStore: the protocol
+//               (rendezvous/dynamic_rendezvous.h) is a sequence of store calls, written straight.
 //   membership  on the agent's io thread (StoreChannel): registered with ADD_ON_CLOSE per
 //               round and a DTRUN_LEASE, and pinged every keep_alive_interval by a timer. Its
 //               closing (agent killed, or silent for interval x max_attempt) is how the other

@@ -63,9 +63,8 @@ HostStore parseHostStore(std::int64_t round, const std::string& value) {
   const auto space = value.find(' ');
   const std::string addr = value.substr(0, space);
   const auto colon = addr.rfind(':');
-  const auto port = colon == std::string::npos
-                        ? std::nullopt
-                        : rendezvous::parseDecimal(addr.substr(colon + 1));
+  const auto port =
+      colon == std::string::npos ? std::nullopt : rendezvous::parseDecimal(addr.substr(colon + 1));
   if (!port || *port <= 0 || *port > 65535 || space == std::string::npos) {
     throw ProtocolError("round " + std::to_string(round) + ": the worker store '" + value +
                         "' in etcd is not 'host:port member'");
@@ -140,8 +139,8 @@ void EtcdJob::ops(F work, std::function<void(Result<T>)> done) {
 }
 
 std::string EtcdJob::unreachable(milliseconds down, const std::string& details) const {
-  return "etcd has been unreachable or without quorum for " + seconds(down) +
-         " (quorum_timeout " + seconds(options_.quorumTimeout) + "): " + details;
+  return "etcd has been unreachable or without quorum for " + seconds(down) + " (quorum_timeout " +
+         seconds(options_.quorumTimeout) + "): " + details;
 }
 
 std::string EtcdJob::describe() const {
@@ -237,7 +236,7 @@ void EtcdJob::countGone(EtcdClient& client, std::int64_t round, const std::strin
 
 void EtcdJob::watchLoop(std::int64_t fromRevision) {
   const std::string epoch = prefix_ + DynamicRendezvous::epochKey();  // "epoch" has no sibling
-                                                                       // key it is a prefix of
+                                                                      // key it is a prefix of
   const std::string succeeded = prefix_ + "succeeded", final = prefix_ + "final";
   std::int64_t revision = fromRevision;
   while (!stopping_) {
@@ -350,10 +349,12 @@ rendezvous::JobState EtcdJob::readState(std::int64_t round) {
   // DynamicRendezvous::state's snapshot in one read-only transaction: its counters are read
   // there with ADD 0, which on etcd would be a write (a raft round) for every missing key, and
   // every agent reads the state after every change.
-  const std::vector<std::string> names = {
-      "round", "final", DynamicRendezvous::goneKey(round),
-      DynamicRendezvous::roundKey(round, "waiting"), DynamicRendezvous::roundKey(round, "done"),
-      "restarts"};
+  const std::vector<std::string> names = {"round",
+                                          "final",
+                                          DynamicRendezvous::goneKey(round),
+                                          DynamicRendezvous::roundKey(round, "waiting"),
+                                          DynamicRendezvous::roundKey(round, "done"),
+                                          "restarts"};
   // Counters are a key plus its increments, K\x01... (rendezvous/etcd/etcd_store.h): each read
   // spans [K, K\x02).
   std::vector<Op> reads;
@@ -406,8 +407,7 @@ void EtcdJob::markDone(std::int64_t round, int groupWorldSize,
 
 void EtcdJob::failures(std::int64_t round,
                        std::function<void(Result<std::vector<std::string>>)> done) {
-  ops<std::vector<std::string>>([this, round] { return rdzv_->failures(round); },
-                                        std::move(done));
+  ops<std::vector<std::string>>([this, round] { return rdzv_->failures(round); }, std::move(done));
 }
 
 void EtcdJob::leaveWorkerStore() {
@@ -459,8 +459,8 @@ void EtcdJob::workerStore(const rendezvous::RoundInfo& round,
           return;
         }
         if (storeRound_ == r) {
-          watchStoreHost(r, h.value->fd, h.value->store.addr + ":" +
-                                             std::to_string(h.value->store.port),
+          watchStoreHost(r, h.value->fd,
+                         h.value->store.addr + ":" + std::to_string(h.value->store.port),
                          h.value->member);
         } else {
           ::close(h.value->fd);
@@ -501,8 +501,8 @@ void EtcdJob::abortWorkers(std::int64_t round, std::string reason, std::function
   }
   ops<bool>(
       [this, round, reason] {
-        const auto value = job_->get(DynamicRendezvous::roundKey(round, "store"),
-                                     options_.connectTimeout);
+        const auto value =
+            job_->get(DynamicRendezvous::roundKey(round, "store"), options_.connectTimeout);
         const HostStore h = parseHostStore(round, value);
         rendezvous::TcpStore store(workerStoreClient(h.store, options_.connectTimeout));
         store.set(worker::abortKey(round), reason);

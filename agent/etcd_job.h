@@ -64,8 +64,7 @@ class EtcdJob : public JobLink {
   /// Contacts etcd (up to connectTimeout; throws naming the endpoints, a TLS file or the user),
   /// grants the lease, clears the keys of a finished job with the same run id, and starts the
   /// threads.
-  EtcdJob(boost::asio::io_context& io, EtcdJobOptions options,
-          std::shared_ptr<spdlog::logger> log);
+  EtcdJob(boost::asio::io_context& io, EtcdJobOptions options, std::shared_ptr<spdlog::logger> log);
   ~EtcdJob() override;
   EtcdJob(const EtcdJob&) = delete;
   EtcdJob& operator=(const EtcdJob&) = delete;
@@ -101,14 +100,14 @@ class EtcdJob : public JobLink {
   void ops(F work, std::function<void(Result<T>)> done);
   /// The line for an outage of `down` (quorum_timeout reached): what each member said.
   std::string unreachable(std::chrono::milliseconds down, const std::string& details) const;
-  void registerMember(std::int64_t round);          // ops thread
+  void registerMember(std::int64_t round);             // ops thread
   rendezvous::JobState readState(std::int64_t round);  // ops thread
-  void watchLoop(std::int64_t fromRevision);        // watch thread
-  void keepAliveLoop();                             // keep-alive thread
+  void watchLoop(std::int64_t fromRevision);           // watch thread
+  void keepAliveLoop();                                // keep-alive thread
   /// Counts member `id` of `round` in r<round>/gone once, whoever sees its key vanish first.
   void countGone(rendezvous::etcd::EtcdClient& client, std::int64_t round, const std::string& id);
-  void changed();                                   // any thread: onChange on the io thread
-  void lost(const std::string& why);                // any thread
+  void changed();                     // any thread: onChange on the io thread
+  void lost(const std::string& why);  // any thread
   /// Io thread: stops hosting / watching the previous round's worker store.
   void leaveWorkerStore();
   void watchStoreHost(std::int64_t round, int fd, std::string address, std::string hostMember);

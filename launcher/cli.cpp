@@ -334,7 +334,8 @@ void resolveRendezvous(LaunchConfig& cfg, const ParsedOptions& t, const Invocati
   if (t.given("master_addr") || t.given("master_port") || t.given("node_rank")) {
     cfg.warnings.push_back(
         "--master-addr, --master-port and --node-rank are only used by the static rendezvous "
-        "backend; ignored with " + r.backend);
+        "backend; ignored with " +
+        r.backend);
   }
   if (r.backend == "etcd") {
     if (!endpoint) {

@@ -222,7 +222,8 @@ int runLaunch(const agent::LaunchConfig& parsedConfig, const std::vector<int>& u
   // reads no join_timeout; dtrun's static backend does the same unless join_timeout is given.
   const auto joinTimeout =
       isStatic && !rdzv.conf.count("join_timeout") ? rdzv.storeTimeout : rdzv.joinTimeout;
-  if (!hosted && !alone && !isEtcd) warnIfEndpointDoesNotResolve(storeHost, storePort, joinTimeout, *agentLog);
+  if (!hosted && !alone && !isEtcd)
+    warnIfEndpointDoesNotResolve(storeHost, storePort, joinTimeout, *agentLog);
 
   agent::C10dJobOptions jc;
   jc.store.host = hosted ? "127.0.0.1" : storeHost;

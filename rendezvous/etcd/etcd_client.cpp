@@ -279,8 +279,7 @@ bool EtcdClient::checkAnswer(int status, const std::string& body, std::string* w
   if (status == 200) return true;
   json j = json::parse(body, nullptr, false);
   const int code = j.is_object() ? j.value("code", 0) : 0;
-  std::string message =
-      j.is_object() ? j.value("message", j.value("error", "")) : std::string();
+  std::string message = j.is_object() ? j.value("message", j.value("error", "")) : std::string();
   if (message.empty()) message = "HTTP " + std::to_string(status) + " " + body.substr(0, 200);
   // Unavailable (14), deadline exceeded (4) and the member's own "no leader" / "timed out"
   // mean: another member may serve it.
@@ -302,8 +301,8 @@ void EtcdClient::authenticate(HttpConnection& c, Clock::time_point deadline) {
       throw ConnectionError("etcd " + c.endpoint().text() + ": " + why);
     }
   } catch (const EtcdError& e) {
-    throw EtcdError(e.code(), "etcd authentication as user '" + options_.user +
-                                  "' failed: " + e.what());
+    throw EtcdError(e.code(),
+                    "etcd authentication as user '" + options_.user + "' failed: " + e.what());
   }
   token_ = json::parse(r.body).value("token", "");
 }
@@ -339,7 +338,8 @@ json EtcdClient::call(const std::string& path, const json& body) {
                 std::string(e.what()).find("user name is empty") != std::string::npos) {
               throw EtcdError(e.code(), describe() +
                                             " requires authentication: give --rdzv-conf user=... "
-                                            "password=... (" + e.what() + ")");
+                                            "password=... (" +
+                                            e.what() + ")");
             }
             throw;
           }
@@ -362,7 +362,8 @@ json EtcdClient::call(const std::string& path, const json& body) {
                                  " s",
                              joinWhys(whys));
     }
-    std::this_thread::sleep_for(std::min(kRetryPause, std::chrono::ceil<milliseconds>(giveUp - now)));
+    std::this_thread::sleep_for(
+        std::min(kRetryPause, std::chrono::ceil<milliseconds>(giveUp - now)));
   }
 }
 
@@ -372,8 +373,8 @@ std::optional<KeyValue> EtcdClient::get(const std::string& key) {
   return r.kvs.front();
 }
 
-RangeResponse EtcdClient::range(const std::string& key, const std::string& rangeEnd,
-                                bool countOnly, std::int64_t revision) {
+RangeResponse EtcdClient::range(const std::string& key, const std::string& rangeEnd, bool countOnly,
+                                std::int64_t revision) {
   json body{{"key", base64(key)}};
   if (!rangeEnd.empty()) body["range_end"] = base64(rangeEnd);
   if (countOnly) body["count_only"] = true;
@@ -381,8 +382,7 @@ RangeResponse EtcdClient::range(const std::string& key, const std::string& range
   return rangeResponse(call("/v3/kv/range", body));
 }
 
-std::int64_t EtcdClient::put(const std::string& key, const std::string& value,
-                             std::int64_t lease) {
+std::int64_t EtcdClient::put(const std::string& key, const std::string& value, std::int64_t lease) {
   json body{{"key", base64(key)}, {"value", base64(value)}};
   if (lease) body["lease"] = std::to_string(lease);
   return number(call("/v3/kv/put", body)["header"], "revision");
@@ -499,12 +499,12 @@ void Watch::open(Clock::time_point deadline) {
         json j = json::parse(*line, nullptr, false);
         const json result = j.is_object() && j.contains("result") ? j["result"] : json::object();
         if (number(result, "compact_revision") > 0) {
-          throw CompactedError(client_.describe() + ": revision " +
-                               std::to_string(nextRevision_) + " was compacted");
+          throw CompactedError(client_.describe() + ": revision " + std::to_string(nextRevision_) +
+                               " was compacted");
         }
         if (!result.value("created", false)) {
-          throw ConnectionError(conn.endpoint().text() + ": watch refused: " +
-                                line->substr(0, 200));
+          throw ConnectionError(conn.endpoint().text() +
+                                ": watch refused: " + line->substr(0, 200));
         }
         client_.current_ = i;
         return;
@@ -533,7 +533,8 @@ void Watch::open(Clock::time_point deadline) {
       }
       throw UnreachableError(client_.describe() + ": no member serves a watch", joinWhys(whys));
     }
-    std::this_thread::sleep_for(std::min(kRetryPause, std::chrono::ceil<milliseconds>(giveUp - now)));
+    std::this_thread::sleep_for(
+        std::min(kRetryPause, std::chrono::ceil<milliseconds>(giveUp - now)));
   }
 }
 
@@ -579,8 +580,8 @@ std::optional<std::vector<WatchEvent>> Watch::next(Clock::time_point deadline) {
     if (auto evs = result.find("events"); evs != result.end()) {
       for (const auto& e : *evs) {
         WatchEvent ev;
-        ev.type = e.value("type", "PUT") == "DELETE" ? WatchEvent::Type::kDelete
-                                                     : WatchEvent::Type::kPut;
+        ev.type =
+            e.value("type", "PUT") == "DELETE" ? WatchEvent::Type::kDelete : WatchEvent::Type::kPut;
         if (e.contains("kv")) ev.kv = keyValue(e["kv"]);
         nextRevision_ = std::max(nextRevision_, ev.kv.modRevision + 1);
         events.push_back(std::move(ev));

@@ -27,8 +27,7 @@ namespace dtrun::rendezvous::etcd {
 /// An error etcd answered with (gRPC status code and message).
 class EtcdError : public Error {
  public:
-  EtcdError(int code, const std::string& message)
-      : Error(message), code_(code) {}
+  EtcdError(int code, const std::string& message) : Error(message), code_(code) {}
   int code() const { return code_; }
 
  private:

@@ -49,7 +49,8 @@ Bytes EtcdStore::update(const std::string& key,
 }
 
 Bytes EtcdStore::get(const std::string& key, milliseconds timeout) {
-  return waitFor(key, timeout, [](const Bytes&) { return true; }, "get");
+  return waitFor(
+      key, timeout, [](const Bytes&) { return true; }, "get");
 }
 
 std::int64_t EtcdStore::sum(const std::string& key, const RangeResponse& r) {
@@ -73,8 +74,8 @@ std::int64_t EtcdStore::add(const std::string& key, std::int64_t delta) {
     // (an fsync on every member) even when its compare fails, a plain read does not.
     const RangeResponse now = client_->range(key, end);
     if (!now.kvs.empty() && now.kvs.front().key == key) return sum(key, now);
-    const TxnResponse r = client_->txn({Compare::missing(key)},
-                                       {Op::put(key, "0"), Op::scan(key, end)}, {Op::scan(key, end)});
+    const TxnResponse r = client_->txn(
+        {Compare::missing(key)}, {Op::put(key, "0"), Op::scan(key, end)}, {Op::scan(key, end)});
     return r.ranges.empty() ? 0 : sum(key, r.ranges.back());
   }
   const std::string inc = key + '\x01' + writer_ + "-" + std::to_string(++added_);
@@ -134,8 +135,8 @@ Bytes EtcdStore::waitFor(const std::string& key, milliseconds timeout,
   for (;;) {
     auto events = watch->next(deadline);
     if (!events) {
-      throw TimeoutError(client_->describe() + ": " + what + " of key '" + key + "' timed out after " +
-                         std::to_string(timeout.count()) + " ms");
+      throw TimeoutError(client_->describe() + ": " + what + " of key '" + key +
+                         "' timed out after " + std::to_string(timeout.count()) + " ms");
     }
     for (const auto& e : *events) {
       if (e.type == WatchEvent::Type::kPut && accept(e.kv.value)) return e.kv.value;
@@ -147,15 +148,14 @@ void EtcdStore::wait(const std::vector<std::string>& keys, milliseconds timeout)
   multiGet(keys, timeout);
 }
 
-std::vector<Bytes> EtcdStore::multiGet(const std::vector<std::string>& keys,
-                                       milliseconds timeout) {
+std::vector<Bytes> EtcdStore::multiGet(const std::vector<std::string>& keys, milliseconds timeout) {
   const auto deadline = deadlineAfter(timeout);
   std::vector<Bytes> out;
   for (const auto& k : keys) {
-    const auto left = deadline == Clock::time_point::max()
-                          ? kNoTimeout
-                          : std::max(milliseconds(1),
-                                     std::chrono::ceil<milliseconds>(deadline - Clock::now()));
+    const auto left =
+        deadline == Clock::time_point::max()
+            ? kNoTimeout
+            : std::max(milliseconds(1), std::chrono::ceil<milliseconds>(deadline - Clock::now()));
     out.push_back(get(k, left));
   }
   return out;
@@ -188,7 +188,8 @@ void EtcdStore::multiSet(const std::vector<std::string>& keys, const std::vector
 }
 
 Bytes EtcdStore::waitChange(const std::string& key, const Bytes& old, milliseconds timeout) {
-  return waitFor(key, timeout, [&](const Bytes& v) { return v != old; }, "wait for a change");
+  return waitFor(
+      key, timeout, [&](const Bytes& v) { return v != old; }, "wait for a change");
 }
 
 }  // namespace dtrun::rendezvous::etcd

@@ -9,9 +9,10 @@
 // write and one read, whoever else adds, and the value it returns counts exactly the ADDs at or
 // before its own revision (join indices stay unique and dense). A counter is therefore read with
 // ADD 0 (as the rendezvous does); GET, SET and COMPARE_SET see only K itself, so a key that is
-// ADDed with a non-zero delta must not be used with them (none is, in the rendezvous protocol). Waits (GET, WAIT, WAIT_CHANGE) read once and then
-// watch the key from the revision after that read: no polling, and no event lost in between.
-// Blocking; one thread at a time (it owns its EtcdClient).
+// ADDed with a non-zero delta must not be used with them (none is, in the rendezvous protocol).
+// Waits (GET, WAIT, WAIT_CHANGE) read once and then watch the key from the revision after that
+// read: no polling, and no event lost in between. Blocking; one thread at a time (it owns its
+// EtcdClient).
 #pragma once
 
 #include <memory>
@@ -54,7 +55,7 @@ class EtcdStore : public Store {
   std::int64_t sum(const std::string& key, const RangeResponse& r);
 
   std::shared_ptr<EtcdClient> client_;
-  std::string writer_;      // this store's part of its increments' keys
+  std::string writer_;       // this store's part of its increments' keys
   std::uint64_t added_ = 0;  // increments written so far
 };
 

@@ -89,8 +89,7 @@ struct HttpConnection::Streams {
   std::optional<asio::ssl::stream<beast::tcp_stream>> ssl;
   std::optional<http::response_parser<http::string_body>> parser;  // while streaming
   // The parser keeps a reference to its chunk callback: it lives here, next to it.
-  std::function<std::size_t(std::uint64_t, boost::string_view, boost::system::error_code&)>
-      onChunk;
+  std::function<std::size_t(std::uint64_t, boost::string_view, boost::system::error_code&)> onChunk;
 
   template <typename F>
   void with(F&& f) {
@@ -194,8 +193,11 @@ void HttpConnection::connect(Clock::time_point deadline) {
     done = true;
   });
   runUntil(done, deadline, "TLS handshake");
-  if (error) fail("TLS handshake failed (is protocol=https right, and cacert the CA that signed "
-                  "the member's certificate?)", error.message());
+  if (error)
+    fail(
+        "TLS handshake failed (is protocol=https right, and cacert the CA that signed "
+        "the member's certificate?)",
+        error.message());
 }
 
 void HttpConnection::sendRequest(const std::string& path, const std::string& body,

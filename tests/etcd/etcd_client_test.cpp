@@ -1,9 +1,10 @@
 // EtcdClient against a real 3-member etcd on loopback: the v3 JSON gateway calls, leases,
 // watches, failover when members die, quorum loss, authentication and TLS.
+#include "rendezvous/etcd/etcd_client.h"
+
 #include <catch2/catch.hpp>
 #include <thread>
 
-#include "rendezvous/etcd/etcd_client.h"
 #include "tests/etcd/etcd_cluster.h"
 
 using namespace dtrun::rendezvous::etcd;
@@ -30,10 +31,10 @@ std::string errorOf(const std::function<void()>& fn) {
   return "";
 }
 
-#define NEED_ETCD()                                                        \
-  if (!EtcdCluster::available()) {                                         \
+#define NEED_ETCD()                                                           \
+  if (!EtcdCluster::available()) {                                            \
     WARN("skipped: /usr/bin/etcd is missing (scripts/setup.sh installs it)"); \
-    return;                                                                \
+    return;                                                                   \
   }
 
 }  // namespace
@@ -235,8 +236,7 @@ TEST_CASE("etcd client: TLS with a CA, and bad TLS files named in one line", "[e
       "server.pem -days 2 -extfile ext 2>/dev/null; openssl req -x509 -newkey rsa:2048 -nodes "
       "-keyout other.key -out other.pem -days 2 -subj /CN=other 2>/dev/null";
   REQUIRE(std::system(script.c_str()) == 0);
-  EtcdCluster cluster(3, {"--cert-file", p("server.pem"), "--key-file", p("server.key")},
-                      "https");
+  EtcdCluster cluster(3, {"--cert-file", p("server.pem"), "--key-file", p("server.key")}, "https");
   ClientOptions o;
   o.endpoints = parseEndpoints("test", cluster.endpoints(), "https");
   o.tls = true;

@@ -17,7 +17,9 @@ constexpr char kEtcd[] = "/usr/bin/etcd";
 constexpr char kEtcdctl[] = "/usr/bin/etcdctl";
 }  // namespace
 
-bool EtcdCluster::available() { return ::access(kEtcd, X_OK) == 0 && ::access(kEtcdctl, X_OK) == 0; }
+bool EtcdCluster::available() {
+  return ::access(kEtcd, X_OK) == 0 && ::access(kEtcdctl, X_OK) == 0;
+}
 
 EtcdCluster::EtcdCluster(int members, std::vector<std::string> extra, std::string scheme)
     : extra_(std::move(extra)), scheme_(std::move(scheme)) {
@@ -42,24 +44,36 @@ std::vector<std::string> EtcdCluster::command(int i, bool fresh) const {
   const Member& m = members_[i];
   std::string cluster;
   for (const auto& o : members_) {
-    cluster += (cluster.empty() ? "" : ",") + o.name + "=http://127.0.0.1:" +
-               std::to_string(o.peerPort);
+    cluster +=
+        (cluster.empty() ? "" : ",") + o.name + "=http://127.0.0.1:" + std::to_string(o.peerPort);
   }
   const std::string client = scheme_ + "://127.0.0.1:" + std::to_string(m.clientPort);
   const std::string peer = "http://127.0.0.1:" + std::to_string(m.peerPort);
   std::vector<std::string> argv = {kEtcd,
-                                   "--name", m.name,
-                                   "--data-dir", (dir() / m.name).string(),
-                                   "--listen-client-urls", client,
-                                   "--advertise-client-urls", client,
-                                   "--listen-peer-urls", peer,
-                                   "--initial-advertise-peer-urls", peer,
-                                   "--initial-cluster", cluster,
-                                   "--initial-cluster-state", fresh ? "new" : "existing",
-                                   "--initial-cluster-token", dir().filename().string(),
-                                   "--heartbeat-interval", "50",
-                                   "--election-timeout", "500",
-                                   "--log-level", "warn"};
+                                   "--name",
+                                   m.name,
+                                   "--data-dir",
+                                   (dir() / m.name).string(),
+                                   "--listen-client-urls",
+                                   client,
+                                   "--advertise-client-urls",
+                                   client,
+                                   "--listen-peer-urls",
+                                   peer,
+                                   "--initial-advertise-peer-urls",
+                                   peer,
+                                   "--initial-cluster",
+                                   cluster,
+                                   "--initial-cluster-state",
+                                   fresh ? "new" : "existing",
+                                   "--initial-cluster-token",
+                                   dir().filename().string(),
+                                   "--heartbeat-interval",
+                                   "50",
+                                   "--election-timeout",
+                                   "500",
+                                   "--log-level",
+                                   "warn"};
   argv.insert(argv.end(), extra_.begin(), extra_.end());
   return argv;
 }
