@@ -12,7 +12,8 @@ member_killed         one etcd member SIGKILLed mid-run (after the checkpoint of
 store_host_killed     --nnodes 1:2; the agent of group rank 0 (it hosts the workers' store) is
                       SIGKILLed after step 20: the survivor re-forms alone, hosts the store
                       itself, resumes from the checkpoint, and ends with the model of a
-                      fault-free world-size-4 run to 1e-9 relative.
+                      fault-free world-size-4 run to 1e-9 relative, and bit for bit with a
+                      fault-free run of the same world-size schedule.
 quorum_lost_recovers  two members SIGKILLed mid-run: the workers keep running, the agents say
                       what is wrong and until when they wait; one member comes back, the job ends
                       with exit 0.
@@ -54,21 +55,22 @@ def _etcd_agent(job, cluster, nnodes, nproc, program=None, conf=None, extra=()):
                            extra=["--rdzv-backend", "etcd", *extra], program=program)
 
 
-def _run_c10d(job, name, agents, nproc, steps=ddp.STEPS):
-    """The fault-free reference on dtrun's c10d backend (its own store and run id); returns its
-    final model."""
+def _run_c10d(job, name, agents, nproc, steps=ddp.STEPS, ckpt=None):
+    """The fault-free reference on dtrun's c10d backend (its own store and run id), writing into
+    `ckpt` (default <name>/ckpt); returns its final model."""
     where = job.dir / name
     where.mkdir()
+    ckpt = ckpt or where / "ckpt"
     sub = harness.Job(f"{job.name}-{name}", job.dtrun, directory=where)
     try:
         sub.start_store()
         ags = [sub.start_agent(agents, nproc=nproc, conf=STEADY,
-                               program=ddp._program(where / "ckpt", steps))
+                               program=ddp._program(ckpt, steps))
                for _ in range(agents)]
         _wait_all(ags)
     finally:
         sub.close()
-    return ddp._final(where / "ckpt")
+    return ddp._final(ckpt)
 
 
 def _wait_all(agents, timeout=180):
@@ -169,6 +171,15 @@ def store_host_killed(job):
         check(rel <= 1e-9, f"the final model is {rel:.3g} (relative) away from the fault-free run")
     finally:
         cluster.close()
+    # The same world-size schedule without faults (4 workers up to step k, then 2 from the
+    # checkpoint of step k): bit for bit the same model.
+    sched = job.dir / "schedule-ckpt"
+    _run_c10d(job, "schedule-a", 2, 2, steps=k, ckpt=sched)
+    same_schedule = _run_c10d(job, "schedule-b", 1, 2, ckpt=sched)
+    check(same_schedule["worlds"] == final["worlds"], "the schedules differ")
+    diff = ddp._same(final, same_schedule)
+    check(not diff, f"the final model differs from the same-schedule fault-free run in {diff}")
+    log(f"final model identical to a fault-free run with world size 4 for {k} steps, then 2")
 
 
 def _quorum_job(job, cluster, quorum_timeout):
