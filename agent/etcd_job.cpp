@@ -476,6 +476,7 @@ void EtcdJob::watchStoreHost(std::int64_t round, int fd, std::string address,
       kNeverSet, "",
       [this, round, address, hostMember](const std::string& error, rendezvous::Bytes) {
         if (stopping_ || finished_ || storeRound_ != round || error.empty()) return;
+        hostGoneRound_ = round;
         // The host of this round's worker store is gone (its workers with it): end the round
         // for everyone now, by deleting the host's alive key, rather than when its lease lapses.
         log_->warn(
@@ -497,6 +498,14 @@ void EtcdJob::abortWorkers(std::int64_t round, std::string reason, std::function
   if (hosted_ && storeRound_ == round) {
     hosted_->set("/" + worker::abortKey(round), reason,
                  [this, done = std::move(done)] { boost::asio::post(io_, done); });
+    return;
+  }
+  if (hostGoneRound_ == round) {
+    // The round's store died with its host: no native worker can read an abort key there, and
+    // trying would hold up the next rendezvous for a connect timeout.
+    boost::asio::post(io_, [done = std::move(done)] {
+      if (done) done();
+    });
     return;
   }
   ops<bool>(

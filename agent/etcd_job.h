@@ -139,6 +139,7 @@ class EtcdJob : public JobLink {
   std::unique_ptr<HostedStore> hosted_;        // group rank 0: this round's worker store
   std::unique_ptr<StoreChannel> hostChannel_;  // the others: a connection to it
   std::int64_t storeRound_ = -1;               // the round hosted_ / hostChannel_ belong to
+  std::int64_t hostGoneRound_ = -1;            // the round whose store host was seen to die
 };
 
 }  // namespace dtrun::agent
