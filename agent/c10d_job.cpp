@@ -43,7 +43,7 @@ C10dJob::C10dJob(boost::asio::io_context& io, C10dJobOptions options,
   rdzv_ = std::make_unique<DynamicRendezvous>(
       job_, options_.me, options_.rendezvous, [this](std::int64_t round) { registerMember(round); },
       log_, [this] { return stopping_.load(); });
-  storeThread_ = std::thread([this] { storeLoop(); });
+  queue_ = std::make_unique<WorkQueue>(io_);
   heartbeat();
 }
 
@@ -51,60 +51,21 @@ C10dJob::~C10dJob() { close(); }
 
 void C10dJob::close() {
   if (stopping_.exchange(true)) return;
+  if (queue_) queue_->cancel();  // no result is posted from now on
   {
     std::lock_guard lock(mutex_);
-    jobs_.clear();
     // The rendezvous thread may be waiting for a registration the io thread will not serve.
     if (pendingRegistration_) {
       pendingRegistration_->set_value("the agent is closing");
       pendingRegistration_.reset();
     }
   }
-  cv_.notify_all();
   heartbeatTimer_.cancel();
   membership_->close();
   watcher_->close();
   ops_->interrupt();
-  for (auto* t : {&storeThread_, &probeThread_}) {
-    if (t->joinable()) t->join();
-  }
-}
-
-void C10dJob::enqueue(Job job) {
-  {
-    std::lock_guard lock(mutex_);
-    if (stopping_) return;
-    jobs_.push_back(std::move(job));
-  }
-  cv_.notify_all();
-}
-
-template <typename T, typename F>
-void C10dJob::run(F work, std::function<void(Result<T>)> done) {
-  enqueue([this, work = std::move(work), done = std::move(done)]() mutable {
-    Result<T> r;
-    try {
-      r.value = work();
-    } catch (...) {
-      r.error = std::current_exception();
-    }
-    if (stopping_) return;  // the agent is gone or going; nobody waits for this
-    boost::asio::post(io_, [done = std::move(done), r = std::move(r)] { done(r); });
-  });
-}
-
-void C10dJob::storeLoop() {
-  for (;;) {
-    Job job;
-    {
-      std::unique_lock lock(mutex_);
-      cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
-      if (stopping_) return;
-      job = std::move(jobs_.front());
-      jobs_.pop_front();
-    }
-    job();
-  }
+  if (queue_) queue_->stop();
+  if (probeThread_.joinable()) probeThread_.join();
 }
 
 void C10dJob::registerMember(std::int64_t round) {
@@ -229,16 +190,16 @@ void C10dJob::watch(std::function<void()> onChange, std::function<void(std::stri
 }
 
 void C10dJob::join(std::function<void(Result<rendezvous::RoundInfo>)> done) {
-  run<rendezvous::RoundInfo>([this] { return rdzv_->join(); }, std::move(done));
+  queue_->run<rendezvous::RoundInfo>([this] { return rdzv_->join(); }, std::move(done));
 }
 
 void C10dJob::state(std::int64_t round, std::function<void(Result<rendezvous::JobState>)> done) {
-  run<rendezvous::JobState>([this, round] { return rdzv_->state(round); }, std::move(done));
+  queue_->run<rendezvous::JobState>([this, round] { return rdzv_->state(round); }, std::move(done));
 }
 
 void C10dJob::reportFailure(std::int64_t round, std::string failureJson, int maxRestarts,
                             std::function<void(Result<bool>)> done) {
-  run<bool>(
+  queue_->run<bool>(
       [this, round, failureJson = std::move(failureJson), maxRestarts] {
         rdzv_->reportFailure(round, failureJson);
         return rdzv_->advance(round, rendezvous::AdvanceReason::kFailure, maxRestarts);
@@ -247,25 +208,26 @@ void C10dJob::reportFailure(std::int64_t round, std::string failureJson, int max
 }
 
 void C10dJob::advance(std::int64_t round, std::function<void(Result<bool>)> done) {
-  run<bool>(
+  queue_->run<bool>(
       [this, round] { return rdzv_->advance(round, rendezvous::AdvanceReason::kMembership, 0); },
       std::move(done));
 }
 
 void C10dJob::markDone(std::int64_t round, int groupWorldSize,
                        std::function<void(Result<std::int64_t>)> done) {
-  run<std::int64_t>(
+  queue_->run<std::int64_t>(
       [this, round, groupWorldSize] { return rdzv_->markDone(round, groupWorldSize); },
       std::move(done));
 }
 
 void C10dJob::failures(std::int64_t round,
                        std::function<void(Result<std::vector<std::string>>)> done) {
-  run<std::vector<std::string>>([this, round] { return rdzv_->failures(round); }, std::move(done));
+  queue_->run<std::vector<std::string>>([this, round] { return rdzv_->failures(round); },
+                                        std::move(done));
 }
 
 void C10dJob::abortWorkers(std::int64_t round, std::string reason, std::function<void()> done) {
-  run<bool>(
+  queue_->run<bool>(
       [this, round, reason = std::move(reason)] {
         // Not under the job prefix: worker_runtime watches this key (abort_key.h). SET has no
         // reply, so a PING after it confirms the server has it before the workers are signalled.
@@ -293,7 +255,7 @@ void C10dJob::workerStore(const rendezvous::RoundInfo& round,
   // the TCPStore there; the others read "addr:port" from the round's key.
   std::optional<std::string> mine;
   if (round.groupRank == 0) mine = options_.localAddr + ":" + std::to_string(pickFreePort());
-  run<WorkerStore>(
+  queue_->run<WorkerStore>(
       [this, r = round.round, mine = std::move(mine)] {
         const std::string key = DynamicRendezvous::roundKey(r, "master");
         std::string value;

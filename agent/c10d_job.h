@@ -1,9 +1,9 @@
 // C10dJob: the JobLink of the c10d and static backends, over dtrun's store.
 //
 // Three connections to the job's store:
-//   ops         the rendezvous thread runs queued work (the rendezvous, reports, state reads)
-//               one at a time with a blocking TcpStore: the protocol (rendezvous/
-//               dynamic_rendezvous.h) is a sequence of store calls, written straight.
+//   ops         the rendezvous thread (agent/work_queue.h) runs queued work (the rendezvous,
+//               reports, state reads) one at a time with a blocking TcpStore: the protocol
+//               (rendezvous/dynamic_rendezvous.h) is a sequence of store calls, written straight.
 //   membership  on the agent's io thread (StoreChannel): registered with ADD_ON_CLOSE per
 //               round and a DTRUN_LEASE, and pinged every keep_alive_interval by a timer. Its
 //               closing (agent killed, or silent for interval x max_attempt) is how the other
@@ -32,6 +32,7 @@
 
 #include "agent/job_link.h"
 #include "agent/store_channel.h"
+#include "agent/work_queue.h"
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/prefix_store.h"
 #include "rendezvous/tcp_store.h"
@@ -92,11 +93,6 @@ class C10dJob : public JobLink {
   std::string describe() const override { return "store at " + address_; }
 
  private:
-  using Job = std::function<void()>;
-  void enqueue(Job job);
-  template <typename T, typename F>
-  void run(F work, std::function<void(Result<T>)> done);
-  void storeLoop();
   /// Rendezvous thread, before joining `round`: ADD_ON_CLOSE on the membership channel (io
   /// thread), waited for here so that the server has it before this node's join counts.
   void registerMember(std::int64_t round);
@@ -120,9 +116,7 @@ class C10dJob : public JobLink {
   std::unique_ptr<rendezvous::DynamicRendezvous> rdzv_;
   boost::asio::steady_timer heartbeatTimer_;
 
-  std::mutex mutex_;  // guards jobs_ and pendingRegistration_ (rendezvous thread vs io thread)
-  std::condition_variable cv_;
-  std::deque<Job> jobs_;
+  std::mutex mutex_;  // guards pendingRegistration_ (rendezvous thread vs io thread)
   std::shared_ptr<std::promise<std::string>> pendingRegistration_;
   std::atomic<bool> stopping_{false};
   bool epochRegistered_ = false;  // rendezvous thread only
@@ -131,7 +125,7 @@ class C10dJob : public JobLink {
   bool lostReported_ = false;
   std::function<void()> onChange_;
   std::function<void(std::string)> onLost_;
-  std::thread storeThread_;
+  std::unique_ptr<WorkQueue> queue_;  // the rendezvous thread
   std::thread probeThread_;
 };
 

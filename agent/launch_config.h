@@ -27,7 +27,9 @@ struct StdSpec {
 /// Rendezvous settings: --rdzv-* options, --rdzv-conf keys with torch's defaults, and the static
 /// backend's --node-rank/--master-*.
 struct RendezvousConfig {
-  std::string backend = "c10d";  ///< "c10d" or "static"
+  std::string backend = "c10d";  ///< "c10d", "static" or "etcd" (also spelled etcd-v2)
+  /// etcd: --rdzv-endpoint as given, the comma-separated members (host:port or URLs).
+  std::string etcdEndpoints;
   std::string host;              ///< endpoint host (brackets of [v6] removed)
   std::uint16_t port = 29400;    ///< endpoint port; 0 = pick a free one (standalone)
   std::string runId = "none";

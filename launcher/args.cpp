@@ -10,6 +10,7 @@
 #include <system_error>
 
 #include "launcher/store_command.h"
+#include "rendezvous/etcd/etcd_client.h"
 
 namespace dtrun::launcher {
 namespace {
@@ -342,6 +343,25 @@ int parseNprocPerNode(const std::string& option, const std::string& text, const 
                    "': expected a positive integer, auto, cpu, gpu or xpu");
 }
 
+std::vector<rendezvous::etcd::Endpoint> parseEtcdEndpoints(
+    const std::string& option, const std::string& text,
+    const std::map<std::string, std::string>& conf) {
+  const std::string protocol = confValue(conf, {"protocol"});
+  try {
+    return rendezvous::etcd::parseEndpoints(option, text, protocol.empty() ? "http" : protocol);
+  } catch (const ConfigError& e) {
+    throw UsageError(e.what());
+  }
+}
+
+std::string confValue(const std::map<std::string, std::string>& conf,
+                      std::initializer_list<const char*> keys) {
+  for (const char* k : keys) {
+    if (auto it = conf.find(k); it != conf.end()) return it->second;
+  }
+  return "";
+}
+
 void applyRendezvousConf(agent::RendezvousConfig& r, const std::string& option,
                          const std::string& text) {
   r.conf = parseKeyValueList(option, text);
@@ -374,6 +394,12 @@ void applyRendezvousConf(agent::RendezvousConfig& r, const std::string& option,
       if (!applyStoreConfKey(probe, label(key), key, value)) {
         throw UsageError(label(key) + ": unknown store setting (docs/store.md lists them)");
       }
+    } else if (key == "protocol") {
+      if (value != "http" && value != "https") {
+        throw UsageError(label(key) + ": invalid value '" + value + "': expected http or https");
+      }
+    } else if (key == "quorum_timeout") {
+      parseSeconds(label(key), value);  // the etcd backend reads it (launcher/launch.cpp)
     } else if (key == "store_type") {
       if (value != "tcp") {
         throw UsageError(label(key) + ": invalid value '" + value + "': dtrun supports only tcp");

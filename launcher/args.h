@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <set>
@@ -17,6 +18,7 @@
 #include "common/devices.h"
 #include "common/error.h"
 #include "common/signals.h"
+#include "rendezvous/etcd/http_connection.h"
 
 namespace dtrun::launcher {
 
@@ -105,6 +107,17 @@ int parseNprocPerNode(const std::string& option, const std::string& text, const 
 /// torch/distributed/elastic/rendezvous/dynamic_rendezvous.py and c10d_rendezvous_backend.py:
 /// *_timeout and keep_alive_interval in seconds, keep_alive_max_attempt >= 1, is_host, use_libuv,
 /// store_type=tcp) set the typed fields. Errors name "<option> <key>".
+/// --rdzv-backend etcd: the members listed in --rdzv-endpoint (`option` names it), whose URL
+/// schemes must agree with --rdzv-conf protocol (`conf`, default http). Throws UsageError.
+std::vector<rendezvous::etcd::Endpoint> parseEtcdEndpoints(
+    const std::string& option, const std::string& text,
+    const std::map<std::string, std::string>& conf);
+
+/// The value of the first of `keys` given in --rdzv-conf (torch's etcd backends spell some
+/// keys two ways: cacert/ca_cert, cert/ssl_cert, key/ssl_cert_key), or "".
+std::string confValue(const std::map<std::string, std::string>& conf,
+                      std::initializer_list<const char*> keys);
+
 void applyRendezvousConf(agent::RendezvousConfig& r, const std::string& option,
                          const std::string& text);
 

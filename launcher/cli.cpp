@@ -44,11 +44,13 @@ constexpr std::array<OptionSpec, 41> kOptions{{
      "or auto (gpu, else xpu, else cpu). (default: 1)"},
     // Rendezvous.
     {"rdzv_backend", "", OptionKind::kValue, kRdzv, kPet,
-     "Rendezvous backend: c10d (elastic, dtrun's store) or static (fixed --nnodes N, "
+     "Rendezvous backend: c10d (elastic, dtrun's store), etcd (elastic, an etcd cluster as "
+     "the store, no single point of failure; etcd-v2 is the same) or static (fixed --nnodes N, "
      "--node-rank, --master-addr, --master-port). (default: c10d; static when --master-addr, "
      "--master-port or --node-rank is given without --rdzv-endpoint, as torchrun)"},
     {"rdzv_endpoint", "", OptionKind::kValue, kRdzv, kPet,
-     "Rendezvous endpoint HOST[:PORT] or [IPV6][:PORT]; the default port is 29400. (default: a "
+     "Rendezvous endpoint HOST[:PORT] or [IPV6][:PORT]; the default port is 29400. etcd: the "
+     "members, comma-separated, HOST[:PORT] or URLs (port 2379). (default: a "
      "free localhost port with --nnodes 1, else localhost:29400)"},
     {"rdzv_id", "", OptionKind::kValue, kRdzv, kPet,
      "User-defined group id, the same on every node. (default: none; a random UUID with "
@@ -57,7 +59,8 @@ constexpr std::array<OptionSpec, 41> kOptions{{
      "Additional rendezvous configuration KEY=VALUE,...: join_timeout (600), last_call_timeout "
      "(30), close_timeout (30), heartbeat_timeout (5), keep_alive_interval (5), "
      "keep_alive_max_attempt (3), read_timeout (60) in seconds, timeout (600: the static "
-     "backend's join timeout, as torch's), is_host (true/false)."},
+     "backend's join timeout, as torch's), is_host (true/false). etcd: protocol (http/https), "
+     "cacert, cert, key (PEM files), user, password, quorum_timeout (60)."},
     {"standalone", "", OptionKind::kFlag, kRdzv, kPet,
      "Start a local standalone rendezvous (a c10d store on a free port). Useful for single-node, "
      "multi-worker jobs. --rdzv-backend, --rdzv-endpoint and --rdzv-id are then auto-assigned "
@@ -208,12 +211,12 @@ std::string uuidIntString() {
 // does under newest torchrun, whose auto single-node switch needs none of them.
 std::string chooseBackend(const ParsedOptions& t, bool haveEndpoint, bool staticByDefault) {
   if (const auto* g = t.value("rdzv_backend")) {
-    if (g->value == "etcd" || g->value == "etcd-v2") {
-      throw UsageError(g->source + ": " + g->value +
-                       " is not supported by dtrun: expected c10d or static");
-    }
+    // torchrun's two etcd backends (etcd: v2 API, etcd-v2: the newer one, also v2) are one
+    // here, speaking etcd's v3 API (docs/rendezvous.md, "The etcd backend").
+    if (g->value == "etcd" || g->value == "etcd-v2") return "etcd";
     if (g->value != "c10d" && g->value != "static") {
-      throw UsageError(g->source + ": invalid value '" + g->value + "': expected c10d or static");
+      throw UsageError(g->source + ": invalid value '" + g->value +
+                       "': expected c10d, static or etcd (etcd-v2)");
     }
     return g->value;
   }
@@ -331,7 +334,20 @@ void resolveRendezvous(LaunchConfig& cfg, const ParsedOptions& t, const Invocati
   if (t.given("master_addr") || t.given("master_port") || t.given("node_rank")) {
     cfg.warnings.push_back(
         "--master-addr, --master-port and --node-rank are only used by the static rendezvous "
-        "backend; ignored with c10d");
+        "backend; ignored with " +
+        r.backend);
+  }
+  if (r.backend == "etcd") {
+    if (!endpoint) {
+      throw UsageError(
+          "--rdzv-backend etcd needs --rdzv-endpoint: the etcd members, comma-separated "
+          "(host:port or URLs), e.g. --rdzv-endpoint=etcd1:2379,etcd2:2379,etcd3:2379");
+    }
+    const auto eps = parseEtcdEndpoints(endpoint->source, endpoint->value, r.conf);
+    r.etcdEndpoints = endpoint->value;
+    r.host = eps.front().host;
+    r.port = eps.front().port;
+    return;
   }
   if (endpoint) {
     Endpoint ep = parseEndpoint(endpoint->source, endpoint->value, 29400);

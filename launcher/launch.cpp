@@ -20,8 +20,11 @@
 
 #include "agent/agent.h"
 #include "agent/c10d_job.h"
+#include "agent/etcd_job.h"
+#include "agent/hosted_store.h"
 #include "agent/local_job.h"
 #include "common/error.h"
+#include "launcher/args.h"
 #include "launcher/cli.h"
 #include "launcher/endpoint_check.h"
 #include "launcher/logging.h"
@@ -56,46 +59,6 @@ std::set<std::string> localAddresses() {
   ::freeifaddrs(ifs);
   return out;
 }
-
-// The store server on a thread of its own, for as long as this object lives.
-class HostedStore {
- public:
-  HostedStore(rendezvous::StoreServerOptions options, std::shared_ptr<spdlog::logger> log)
-      : log_(log), server_(io_, std::move(options), std::move(log)) {
-    server_.start();
-    thread_ = std::thread([this] {
-      // The server's handlers catch what serving a client throws (docs/store.md); should
-      // anything still escape, the store goes on serving instead of ending the job.
-      for (;;) {
-        try {
-          io_.run();
-          return;
-        } catch (const std::exception& e) {
-          log_->error("store: unexpected error on the store's thread (continuing): {}", e.what());
-        }
-      }
-    });
-  }
-  ~HostedStore() {
-    boost::asio::post(io_, [this] { server_.stop(); });
-    thread_.join();
-  }
-  std::uint16_t port() const { return server_.endpoint().port(); }
-  /// Sets `key` in the store (its thread does it), then runs `done` on that thread.
-  void set(std::string key, std::string value, std::function<void()> done) {
-    boost::asio::post(io_, [this, key = std::move(key), value = std::move(value),
-                            done = std::move(done)]() mutable {
-      server_.set(key, std::move(value));
-      done();
-    });
-  }
-
- private:
-  boost::asio::io_context io_{1};
-  std::shared_ptr<spdlog::logger> log_;
-  rendezvous::StoreServer server_;
-  std::thread thread_;
-};
 
 }  // namespace
 
@@ -158,6 +121,44 @@ class StdinWatch {
 
 }  // namespace
 
+namespace {
+
+// --rdzv-backend etcd: the client's settings from --rdzv-endpoint and --rdzv-conf (torch's etcd
+// backends' key names, both spellings; docs/rendezvous.md, "The etcd backend"), the rest as the
+// c10d backend's.
+agent::EtcdJobOptions etcdJobOptions(const agent::LaunchConfig& config,
+                                     const agent::C10dJobOptions& jc) {
+  const auto& r = config.rdzv;
+  agent::EtcdJobOptions o;
+  const std::string protocol = confValue(r.conf, {"protocol"});
+  o.client.endpoints = parseEtcdEndpoints("--rdzv-endpoint", r.etcdEndpoints, r.conf);
+  o.client.tls = protocol == "https";
+  o.client.cacert = confValue(r.conf, {"cacert", "ca_cert"});
+  o.client.cert = confValue(r.conf, {"cert", "ssl_cert"});
+  o.client.key = confValue(r.conf, {"key", "ssl_cert_key"});
+  if (!o.client.tls && !(o.client.cacert + o.client.cert + o.client.key).empty()) {
+    throw ConfigError(
+        "--rdzv-conf: TLS files (cacert, cert, key) are given but protocol is http: add "
+        "protocol=https");
+  }
+  o.client.user = confValue(r.conf, {"user", "username"});
+  o.client.password = confValue(r.conf, {"password"});
+  o.client.requestTimeout = r.heartbeatTimeout;
+  o.runId = r.runId;
+  o.me = jc.me;
+  o.rendezvous = jc.rendezvous;
+  o.keepAliveInterval = r.keepAliveInterval;
+  o.keepAliveMaxAttempt = r.keepAliveMaxAttempt;
+  if (const std::string q = confValue(r.conf, {"quorum_timeout"}); !q.empty()) {
+    o.quorumTimeout = parseSeconds("--rdzv-conf quorum_timeout", q);
+  }
+  o.connectTimeout = r.heartbeatTimeout;
+  o.localAddr = jc.localAddr;
+  return o;
+}
+
+}  // namespace
+
 int runLaunch(const agent::LaunchConfig& parsedConfig, const std::vector<int>& userFds) {
   // First, while this process has one thread and no sockets: the guard that kills the workers'
   // process groups if dtrun itself is killed.
@@ -175,11 +176,12 @@ int runLaunch(const agent::LaunchConfig& parsedConfig, const std::vector<int>& u
   auto storeLog = makeLogger("store", config.logLevel);
   for (const auto& w : config.warnings) agentLog->warn("{}", w);
   if (config.ompNumThreadsSet) agentLog->warn("{}", kOmpNumThreadsNotice);
-  // Issue 6: before joining, warn when the endpoint is loopback for a multi-host job.
-  warnIfEndpointIsLoopback(config, *agentLog);
-
   const auto& rdzv = config.rdzv;
   const bool isStatic = rdzv.backend == "static";
+  // etcd: the job lives in etcd, whose members the user runs; no agent hosts the job's store.
+  const bool isEtcd = rdzv.backend == "etcd";
+  // Issue 6: before joining, warn when the endpoint is loopback for a multi-host job.
+  if (!isEtcd) warnIfEndpointIsLoopback(config, *agentLog);
   // The CLI resolved the endpoint for both backends (static: --rdzv-endpoint, else
   // --master-addr:--master-port, as torchrun's get_rdzv_endpoint).
   std::string storeHost = rendezvousHost(config);
@@ -191,11 +193,12 @@ int runLaunch(const agent::LaunchConfig& parsedConfig, const std::vector<int>& u
   // A job nobody else can join (--standalone, or one node on a free port only this agent
   // knows) has a local rendezvous: no store round trip (agent/local_job.h). The store is then
   // there for the workers only, and not at all when they serve their own (--no-agent-store).
-  const bool alone = !isStatic && rdzv.port == 0;
+  const bool alone = !isStatic && !isEtcd && rdzv.port == 0;
   // Who serves the store: such a job itself; static: node rank 0; c10d: the agent whose
   // machine the endpoint names (or is_host), and of several agents there the first to bind.
   bool inferred = !rdzv.isHost.has_value();
-  bool host = alone      ? config.agentStore
+  bool host = isEtcd     ? false
+              : alone    ? config.agentStore
               : isStatic ? rdzv.nodeRank == 0
                          : rdzv.isHost.value_or(matchesThisMachine(storeHost));
   // Where the store listens: only a job of several nodes needs every interface. A single-node
@@ -206,7 +209,7 @@ int runLaunch(const agent::LaunchConfig& parsedConfig, const std::vector<int>& u
   } else if (rdzv.maxNodes == 1) {
     storeBindHost = storeHost;
   }
-  std::unique_ptr<HostedStore> hosted;
+  std::unique_ptr<agent::HostedStore> hosted;
   if (host) {
     rendezvous::StoreServerOptions options;
     options.host = storeBindHost;
@@ -215,7 +218,7 @@ int runLaunch(const agent::LaunchConfig& parsedConfig, const std::vector<int>& u
       applyStoreConfKey(options, "--rdzv-conf " + key, key, value);  // checked when parsed
     }
     try {
-      hosted = std::make_unique<HostedStore>(options, storeLog);
+      hosted = std::make_unique<agent::HostedStore>(options, storeLog);
       storePort = hosted->port();
     } catch (const ConnectionError& e) {
       if (!inferred || alone || isStatic) {
@@ -231,7 +234,8 @@ int runLaunch(const agent::LaunchConfig& parsedConfig, const std::vector<int>& u
   // reads no join_timeout; dtrun's static backend does the same unless join_timeout is given.
   const auto joinTimeout =
       isStatic && !rdzv.conf.count("join_timeout") ? rdzv.storeTimeout : rdzv.joinTimeout;
-  if (!hosted && !alone) warnIfEndpointDoesNotResolve(storeHost, storePort, joinTimeout, *agentLog);
+  if (!hosted && !alone && !isEtcd)
+    warnIfEndpointDoesNotResolve(storeHost, storePort, joinTimeout, *agentLog);
 
   agent::C10dJobOptions jc;
   jc.store.host = !hosted ? storeHost : storeBindHost == "0.0.0.0" ? "127.0.0.1" : storeBindHost;
@@ -281,6 +285,9 @@ int runLaunch(const agent::LaunchConfig& parsedConfig, const std::vector<int>& u
         };
       }
       job = std::make_unique<agent::LocalJob>(io, std::move(local));
+    } else if (isEtcd) {
+      job = std::make_unique<agent::EtcdJob>(io, etcdJobOptions(config, jc),
+                                             makeLogger("rdzv", config.logLevel));
     } else {
       job = std::make_unique<agent::C10dJob>(io, jc, makeLogger("rdzv", config.logLevel));
     }

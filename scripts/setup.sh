@@ -17,6 +17,8 @@ PACKAGES=(
   iproute2 procps psmisc util-linux # fault-injection tools and process checks in the tests
   slurmctld slurmd slurm-client munge # the Slurm integration tests
   openssh-server openssh-client     # dtrun --hostfile: the multi-host tests run their own sshd
+  libssl-dev                        # TLS to etcd (rendezvous/etcd)
+  etcd-server etcd-client python3-etcd # the etcd backend's tests and torchrun's etcd-v2 in the bench
 )
 
 missing=()

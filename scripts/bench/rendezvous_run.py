@@ -4,7 +4,9 @@
   rendezvous_run.py launch   --launcher dtrun|torchrun --nodes N [--repeats R] ...
       N agents x 1 worker (/bin/true) on loopback, one job; the first agent to bind the endpoint
       hosts the store (both launchers). Seconds from the first agent's spawn until every agent
-      has exited; every agent must exit 0.
+      has exited; every agent must exit 0. --backend etcd --etcd ENDPOINTS: dtrun's etcd backend
+      against those etcd members, and torchrun 1.13's etcd-v2 backend against the first one
+      (it needs etcd's v2 API: --enable-v2). Also prints the largest agent's peak RSS (VmHWM).
   rendezvous_run.py recovery --nodes N [--repeats R] ...
       N dtrun agents x 1 worker (/bin/sleep) with --nnodes 2:N against a `dtrun store`; one
       agent is SIGKILLed once all workers run; seconds from the kill until every survivor's
@@ -46,6 +48,23 @@ def spawn(argv, env, log_path):
         os.close(fd)
 
 
+def sample_hwm(pids, box, stop):
+    """Peak resident set (VmHWM, KiB) of each agent process itself (not its workers), read from
+    /proc every 20 ms until `stop` is set: the agent's own memory, as scripts/bench/launch
+    measures it."""
+    while not stop.is_set():
+        for p in pids:
+            try:
+                with open(f"/proc/{p}/status") as f:
+                    for line in f:
+                        if line.startswith("VmHWM:"):
+                            box[p] = max(box.get(p, 0), int(line.split()[1]))
+                            break
+            except OSError:
+                pass
+        stop.wait(0.02)
+
+
 def wait_all(pids, timeout):
     """{pid: exit status}; kills what is left after `timeout` seconds (status None). Blocks in
     waitpid rather than polling, so the harness takes no CPU from the agents it times."""
@@ -80,18 +99,29 @@ def launch(args, workdir):
     port = free_port()
     run_id = f"bench-{uuid.uuid4().hex[:8]}"
     env = dict(os.environ, TMPDIR=workdir, OMP_NUM_THREADS="1")
+    etcd = args.backend == "etcd"
     if args.launcher == "dtrun":
+        endpoint = args.etcd if etcd else f"127.0.0.1:{port}"
         argv = [args.dtrun, "--nnodes", str(args.nodes), "--nproc-per-node", "1",
-                "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", run_id,
-                "--no-python", "/bin/true"]
+                "--rdzv-backend", args.backend, "--rdzv-endpoint", endpoint,
+                "--rdzv-id", run_id, "--no-python", "/bin/true"]
     else:
+        endpoint = args.etcd.split(",")[0] if etcd else f"127.0.0.1:{port}"
         argv = [args.python, args.anchor, "--nnodes", str(args.nodes), "--nproc_per_node", "1",
-                "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}",
+                "--rdzv_backend", "etcd-v2" if etcd else "c10d", "--rdzv_endpoint", endpoint,
                 "--rdzv_id", run_id, "--monitor_interval", str(args.monitor_interval),
                 "--no_python", "/bin/true"]
     t0 = time.perf_counter()
     pids = [spawn(argv, env, os.path.join(workdir, f"agent{i}.log")) for i in range(args.nodes)]
-    status = wait_all(pids, args.timeout)
+    rss, stop = {}, threading.Event()
+    sampler = threading.Thread(target=sample_hwm, args=(pids, rss, stop))
+    sampler.start()
+    try:
+        status = wait_all(pids, args.timeout)
+    finally:
+        stop.set()
+        sampler.join()
+    args.last_max_rss_kb = max(rss.values(), default=0)
     seconds = time.perf_counter() - t0
     bad = {i: status.get(p) for i, p in enumerate(pids) if status.get(p) != 0}
     if bad:
@@ -199,6 +229,8 @@ def main():
     parser.add_argument("--monitor-interval", type=float, default=0.1,
                         help="torchrun's --monitor_interval (1.13's default is 5)")
     parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--backend", choices=["c10d", "etcd"], default="c10d")
+    parser.add_argument("--etcd", default="", help="etcd members (host:port,...) for --backend etcd")
     parser.add_argument("--tmpdir", default=None,
                         help="where each run's scratch directory goes (the agents' TMPDIR, hence "
                              "their log trees, and their stdout files); default: the system's")
@@ -215,7 +247,8 @@ def main():
                           f"repeat={r} seconds=failed", flush=True)
                 else:
                     print(f"RESULT mode=launch launcher={args.launcher} nodes={args.nodes} "
-                          f"repeat={r} seconds={s:.3f}", flush=True)
+                          f"repeat={r} seconds={s:.3f} backend={args.backend} "
+                          f"max_rss_kb={args.last_max_rss_kb}", flush=True)
             else:
                 back, stop = recovery(args, workdir)
                 print(f"RESULT mode=recovery launcher=dtrun nodes={args.nodes} repeat={r} "

@@ -676,12 +676,22 @@ TEST_CASE("backend, endpoint and run id: c10d by default, torchrun's static form
           "--rdzv-id: invalid value 'a/b': expected an id without '/' (it names the log "
           "directory)");
   }
-  SECTION("backends dtrun does not have") {
-    CHECK(usageError({"--rdzv-backend", "etcd", "train.py"}) ==
-          "--rdzv-backend: etcd is not supported by dtrun: expected c10d or static");
-    CHECK_THAT(usageError({"--rdzv-backend", "etcd-v2", "train.py"}), Contains("not supported"));
+  SECTION("the etcd backend and backends dtrun does not have") {
+    // etcd and etcd-v2 are one backend; it needs the members' list.
+    CHECK_THAT(usageError({"--rdzv-backend", "etcd", "train.py"}),
+               Contains("needs --rdzv-endpoint"));
+    CHECK_THAT(usageError({"--rdzv-backend", "etcd-v2", "--rdzv-endpoint", "a:1,,b", "train.py"}),
+               Contains("--rdzv-endpoint") && Contains("empty"));
+    CHECK_THAT(usageError({"--rdzv-backend", "etcd", "--rdzv-endpoint", "https://a:1",
+                           "train.py"}),
+               Contains("protocol=https"));
+    CHECK_THAT(usageError({"--rdzv-backend", "etcd", "--rdzv-endpoint", "a:1", "--rdzv-conf",
+                           "protocol=ftp", "train.py"}),
+               Contains("protocol") && Contains("ftp"));
+    CHECK_THAT(usageError({"--rdzv-backend", "zookeeper", "train.py"}),
+               Contains("expected c10d, static or etcd"));
     CHECK(usageError({"--rdzv_backend", "zk", "train.py"}) ==
-          "--rdzv_backend: invalid value 'zk': expected c10d or static");
+          "--rdzv_backend: invalid value 'zk': expected c10d, static or etcd (etcd-v2)");
   }
   SECTION("torchrun's legacy static form stays static") {
     auto cfg = parse({"--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1",

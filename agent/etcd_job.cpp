@@ -1,0 +1,529 @@
+#include "agent/etcd_job.h"
+
+#include <unistd.h>
+
+#include <boost/asio/post.hpp>
+#include <random>
+
+#include "common/abort_key.h"
+#include "common/error.h"
+#include "rendezvous/etcd/etcd_store.h"
+#include "rendezvous/store_core.h"
+#include "rendezvous/tcp_store.h"
+
+namespace dtrun::agent {
+
+using rendezvous::DynamicRendezvous;
+using rendezvous::etcd::Clock;
+using rendezvous::etcd::Compare;
+using rendezvous::etcd::EtcdClient;
+using rendezvous::etcd::Op;
+using rendezvous::etcd::prefixEnd;
+using rendezvous::etcd::WatchEvent;
+using std::chrono::milliseconds;
+
+namespace {
+
+// The key a round's non-host agents wait on in the worker store: never set, so the wait ends
+// only when the connection does.
+constexpr char kNeverSet[] = "dtrun/etcd/host-watch";
+// While etcd does not answer, the keep-alive thread repeats its warning this often.
+constexpr milliseconds kOutageNotice(10000);
+
+std::string seconds(milliseconds d) {
+  const auto s = std::to_string(d.count() / 1000.0);
+  return s.substr(0, s.find('.') + 2) + " s";
+}
+
+std::string makeNonce() {
+  std::random_device rd;
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", std::uniform_int_distribution<unsigned>()(rd));
+  return buf;
+}
+
+struct HostStore {
+  WorkerStore store;
+  std::string member;  // the host's member id
+  int fd = -1;         // a connection to it (non-hosts)
+};
+
+// "addr:port member" as the host puts it at r<R>/store.
+// A client of a round's worker store, bounded by `timeout`.
+rendezvous::TcpStoreOptions workerStoreClient(const WorkerStore& ws, milliseconds timeout) {
+  rendezvous::TcpStoreOptions o;
+  o.host = ws.addr;
+  o.port = ws.port;
+  o.connectTimeout = timeout;
+  o.timeout = timeout;
+  return o;
+}
+
+HostStore parseHostStore(std::int64_t round, const std::string& value) {
+  const auto space = value.find(' ');
+  const std::string addr = value.substr(0, space);
+  const auto colon = addr.rfind(':');
+  const auto port =
+      colon == std::string::npos ? std::nullopt : rendezvous::parseDecimal(addr.substr(colon + 1));
+  if (!port || *port <= 0 || *port > 65535 || space == std::string::npos) {
+    throw ProtocolError("round " + std::to_string(round) + ": the worker store '" + value +
+                        "' in etcd is not 'host:port member'");
+  }
+  HostStore h;
+  h.store = WorkerStore{addr.substr(0, colon), static_cast<std::uint16_t>(*port)};
+  h.member = value.substr(space + 1);
+  return h;
+}
+
+}  // namespace
+
+EtcdJob::EtcdJob(boost::asio::io_context& io, EtcdJobOptions options,
+                 std::shared_ptr<spdlog::logger> log)
+    : io_(io),
+      options_(std::move(options)),
+      log_(std::move(log)),
+      prefix_("dtrun/" + options_.runId + "/"),
+      memberId_(options_.me.host + ":" + std::to_string(options_.me.pid) + ":" + makeNonce()) {
+  // First contact, bounded by connectTimeout: a wrong endpoint, TLS file or password is one
+  // line now rather than a hang.
+  const auto ttl = std::chrono::ceil<std::chrono::seconds>(options_.keepAliveInterval *
+                                                           options_.keepAliveMaxAttempt);
+  {
+    auto first = makeClient(options_.connectTimeout);
+    lease_ = first->leaseGrant(ttl);
+  }
+  ops_ = makeClient(options_.quorumTimeout);
+  watchClient_ = makeClient(options_.quorumTimeout);
+  // One pass over the members per renewal: the keep-alive thread does its own waiting.
+  keepAliveClient_ = makeClient(milliseconds(0));
+
+  // A finished job with the same run id whose agents are all gone: its keys are stale (the last
+  // agent deletes them, unless it died); clear them so the id can be used again.
+  if (finishedAndAlone(*ops_)) {
+    const auto removed = ops_->remove(prefix_, prefixEnd(prefix_));
+    log_->info("rendezvous: removed {} key(s) of an earlier, finished job with run id '{}'",
+               removed, options_.runId);
+  }
+  startRevision_ = ops_->put(prefix_ + "members/" + memberId_, options_.me.host, lease_) + 1;
+
+  job_ = std::make_shared<rendezvous::PrefixStore>(
+      "dtrun/" + options_.runId, std::make_shared<rendezvous::etcd::EtcdStore>(ops_));
+  rdzv_ = std::make_unique<DynamicRendezvous>(
+      job_, options_.me, options_.rendezvous, [this](std::int64_t round) { registerMember(round); },
+      log_, [this] { return stopping_.load(); });
+  queue_ = std::make_unique<WorkQueue>(io_);
+  keepAliveThread_ = std::thread([this] { keepAliveLoop(); });
+  log_->debug("rendezvous: {} as member {} (lease {:x}, TTL {} s)", describe(), memberId_, lease_,
+              ttl.count());
+}
+
+EtcdJob::~EtcdJob() { close(); }
+
+std::shared_ptr<EtcdClient> EtcdJob::makeClient(milliseconds retryFor) {
+  auto o = options_.client;
+  o.retryFor = retryFor;
+  return std::make_shared<EtcdClient>(o);
+}
+
+template <typename T, typename F>
+void EtcdJob::ops(F work, std::function<void(Result<T>)> done) {
+  queue_->run<T>(
+      [this, work = std::move(work)]() mutable -> T {
+        try {
+          return work();
+        } catch (const rendezvous::etcd::UnreachableError& e) {
+          throw ConnectionError(unreachable(options_.quorumTimeout, e.details()));
+        }
+      },
+      std::move(done));
+}
+
+std::string EtcdJob::unreachable(milliseconds down, const std::string& details) const {
+  return "etcd has been unreachable or without quorum for " + seconds(down) + " (quorum_timeout " +
+         seconds(options_.quorumTimeout) + "): " + details;
+}
+
+std::string EtcdJob::describe() const {
+  std::string out = "etcd at ";
+  for (std::size_t i = 0; i < options_.client.endpoints.size(); ++i) {
+    out += (i ? "," : "") + options_.client.endpoints[i].text();
+  }
+  return out;
+}
+
+void EtcdJob::close() {
+  if (stopping_.exchange(true)) return;
+  if (queue_) queue_->cancel();  // no result is posted from now on
+  cv_.notify_all();
+  for (auto* c : {&ops_, &watchClient_, &keepAliveClient_}) {
+    if (*c) (*c)->interrupt();
+  }
+  if (queue_) queue_->stop();
+  for (auto* t : {&watchThread_, &keepAliveThread_}) {
+    if (t->joinable()) t->join();
+  }
+  leaveWorkerStore();
+  // Leave now: revoking the lease deletes this node's keys, which the others see at once.
+  try {
+    auto last = makeClient(milliseconds(0));
+    last->leaseRevoke(lease_);
+    if (finishedAndAlone(*last)) {
+      last->remove(prefix_, prefixEnd(prefix_));
+      log_->debug("rendezvous: the job is over and this agent was the last: its keys are deleted");
+    }
+  } catch (const std::exception& e) {
+    log_->debug("rendezvous: leaving {}: {} (the lease lapses by itself)", describe(), e.what());
+  }
+}
+
+bool EtcdJob::finishedAndAlone(EtcdClient& client) {
+  Op members = Op::get(prefix_ + "members/");
+  members.rangeEnd = prefixEnd(prefix_ + "members/");
+  members.countOnly = true;
+  const auto seen =
+      client.txn({}, {Op::get(prefix_ + "succeeded"), Op::get(prefix_ + "final"), members}, {});
+  const bool finished = !seen.ranges.at(0).kvs.empty() || !seen.ranges.at(1).kvs.empty();
+  return finished && seen.ranges.at(2).count == 0;
+}
+
+void EtcdJob::registerMember(std::int64_t round) {
+  ops_->put(prefix_ + DynamicRendezvous::roundKey(round, "alive/" + memberId_), options_.me.host,
+            lease_);
+}
+
+void EtcdJob::changed() {
+  boost::asio::post(io_, [this] {
+    if (!stopping_ && onChange_) onChange_();
+  });
+}
+
+void EtcdJob::lost(const std::string& why) {
+  if (stopping_ || lostReported_.exchange(true)) return;
+  boost::asio::post(io_, [this, why] {
+    if (!stopping_ && onLost_) onLost_(why);
+  });
+}
+
+void EtcdJob::watch(std::function<void()> onChange, std::function<void(std::string)> onLost) {
+  if (watching_) return;
+  watching_ = true;
+  onChange_ = std::move(onChange);
+  onLost_ = std::move(onLost);
+  watchThread_ = std::thread([this] { watchLoop(startRevision_); });
+}
+
+void EtcdJob::countGone(EtcdClient& client, std::int64_t round, const std::string& id) {
+  const std::string mark = prefix_ + DynamicRendezvous::roundKey(round, "gone_mark/" + id);
+  const std::string gone = prefix_ + DynamicRendezvous::goneKey(round);
+  for (;;) {
+    const auto read = client.txn({Compare::missing(mark)}, {Op::get(gone)}, {});
+    if (!read.succeeded) return;  // another agent counted it
+    std::int64_t n = 0, revision = 0;
+    if (!read.ranges.empty() && !read.ranges[0].kvs.empty()) {
+      const auto& kv = read.ranges[0].kvs[0];
+      n = std::stoll(kv.value.empty() ? "0" : kv.value);
+      revision = kv.modRevision;
+    }
+    if (client
+            .txn({Compare::missing(mark), Compare::modRevision(gone, revision)},
+                 {Op::put(mark, "1"), Op::put(gone, std::to_string(n + 1))}, {})
+            .succeeded) {
+      log_->info("rendezvous: member {} of round {} is gone (its lease ended)", id, round);
+      return;
+    }
+  }
+}
+
+void EtcdJob::watchLoop(std::int64_t fromRevision) {
+  const std::string epoch = prefix_ + DynamicRendezvous::epochKey();  // "epoch" has no sibling
+                                                                      // key it is a prefix of
+  const std::string succeeded = prefix_ + "succeeded", final = prefix_ + "final";
+  std::int64_t revision = fromRevision;
+  while (!stopping_) {
+    try {
+      auto w = watchClient_->watch(prefix_, prefixEnd(prefix_), revision);
+      for (;;) {
+        auto events = w->next(Clock::time_point::max());
+        revision = w->nextRevision();
+        bool change = false;
+        for (const auto& e : *events) {
+          if (e.kv.key.rfind(epoch, 0) == 0) {  // the epoch or one of its increments
+            change = true;
+            continue;
+          }
+          if (e.kv.key == succeeded || e.kv.key == final) {
+            // Over: every agent leaves now, and counting each departure on every other agent
+            // (N x N transactions) would change nothing.
+            finished_ = true;
+            change = true;
+            continue;
+          }
+          if (e.type != WatchEvent::Type::kDelete || finished_) continue;
+          // r<R>/alive/<member>: a member's lease ended (or it left).
+          const std::string rest = e.kv.key.substr(prefix_.size());
+          const auto slash = rest.find("/alive/");
+          if (rest.size() < 2 || rest[0] != 'r' || slash == std::string::npos) continue;
+          const auto round = rendezvous::parseDecimal(rest.substr(1, slash - 1));
+          const std::string id = rest.substr(slash + 7);
+          if (!round || id == memberId_) continue;
+          countGone(*watchClient_, *round, id);
+          change = true;
+        }
+        if (change) changed();
+      }
+    } catch (const rendezvous::etcd::CompactedError& e) {
+      // Events were missed: read the state afresh and go on from now.
+      log_->warn("rendezvous: {}; reading the job's state again", e.what());
+      revision = 0;
+      changed();
+    } catch (const rendezvous::etcd::UnreachableError& e) {
+      if (stopping_) return;
+      lost(unreachable(options_.quorumTimeout, e.details()));
+      return;
+    } catch (const std::exception& e) {
+      if (stopping_) return;
+      lost(std::string("watching the job failed: ") + e.what());
+      return;
+    }
+  }
+}
+
+void EtcdJob::keepAliveLoop() {
+  // The outage is measured from the last renewal that worked, so the bound is quorum_timeout
+  // plus at most one keep_alive_interval and one request (heartbeat_timeout).
+  bool failing = false;
+  Clock::time_point lastOk = Clock::now(), lastNotice;
+  for (;;) {
+    {
+      std::unique_lock lock(mutex_);
+      cv_.wait_for(lock, options_.keepAliveInterval, [this] { return stopping_.load(); });
+      if (stopping_) return;
+    }
+    try {
+      if (keepAliveClient_->leaseKeepAlive(lease_) <= 0) {
+        lost("this agent's lease expired: it was stopped or cut off from etcd for longer than " +
+             seconds(options_.keepAliveInterval * options_.keepAliveMaxAttempt) +
+             " (keep_alive_interval x keep_alive_max_attempt), and the other nodes have gone on "
+             "without it");
+        return;
+      }
+      if (failing) {
+        log_->warn("rendezvous: {} answers again after {}; the job goes on", describe(),
+                   seconds(std::chrono::duration_cast<milliseconds>(Clock::now() - lastOk)));
+        failing = false;
+      }
+      lastOk = Clock::now();
+    } catch (const std::exception& e) {
+      if (stopping_) return;
+      const auto now = Clock::now();
+      const auto down = std::chrono::duration_cast<milliseconds>(now - lastOk);
+      const auto* u = dynamic_cast<const rendezvous::etcd::UnreachableError*>(&e);
+      const std::string details = u ? u->details() : e.what();
+      if (down >= options_.quorumTimeout) {
+        lost(unreachable(down, details));
+        return;
+      }
+      if (!failing || now - lastNotice >= kOutageNotice) {
+        failing = true;
+        lastNotice = now;
+        log_->warn(
+            "rendezvous: {} does not answer (no quorum, or unreachable): {}; the workers keep "
+            "running (a running round needs nothing from etcd); giving up in {} (quorum_timeout) "
+            "unless etcd comes back",
+            describe(), details, seconds(options_.quorumTimeout - down));
+      }
+    }
+  }
+}
+
+void EtcdJob::join(std::function<void(Result<rendezvous::RoundInfo>)> done) {
+  leaveWorkerStore();
+  ops<rendezvous::RoundInfo>([this] { return rdzv_->join(); }, std::move(done));
+}
+
+void EtcdJob::state(std::int64_t round, std::function<void(Result<rendezvous::JobState>)> done) {
+  ops<rendezvous::JobState>([this, round] { return readState(round); }, std::move(done));
+}
+
+rendezvous::JobState EtcdJob::readState(std::int64_t round) {
+  // DynamicRendezvous::state's snapshot in one read-only transaction: its counters are read
+  // there with ADD 0, which on etcd would be a write (a raft round) for every missing key, and
+  // every agent reads the state after every change.
+  const std::vector<std::string> names = {"round",
+                                          "final",
+                                          DynamicRendezvous::goneKey(round),
+                                          DynamicRendezvous::roundKey(round, "waiting"),
+                                          DynamicRendezvous::roundKey(round, "done"),
+                                          "restarts"};
+  // Counters are a key plus its increments, K\x01... (rendezvous/etcd/etcd_store.h): each read
+  // spans [K, K\x02).
+  std::vector<Op> reads;
+  for (const auto& n : names) reads.push_back(Op::scan(prefix_ + n, prefix_ + n + '\x02'));
+  const auto r = ops_->txn({}, reads, {});
+  const auto value = [&](std::size_t i) -> std::optional<std::string> {
+    if (i >= r.ranges.size() || r.ranges[i].kvs.empty()) return std::nullopt;
+    return r.ranges[i].kvs.front().value;
+  };
+  const auto number = [&](std::size_t i) -> std::int64_t {
+    std::int64_t total = 0;
+    if (i >= r.ranges.size()) return total;
+    for (const auto& kv : r.ranges[i].kvs) {
+      if (!kv.value.empty()) total += std::stoll(kv.value);
+    }
+    return total;
+  };
+  rendezvous::JobState s;
+  s.round = number(0);
+  s.final = value(1);
+  s.gone = number(2);
+  s.waiting = number(3);
+  s.done = number(4);
+  s.restarts = number(5);
+  return s;
+}
+
+void EtcdJob::reportFailure(std::int64_t round, std::string failureJson, int maxRestarts,
+                            std::function<void(Result<bool>)> done) {
+  ops<bool>(
+      [this, round, failureJson = std::move(failureJson), maxRestarts] {
+        rdzv_->reportFailure(round, failureJson);
+        return rdzv_->advance(round, rendezvous::AdvanceReason::kFailure, maxRestarts);
+      },
+      std::move(done));
+}
+
+void EtcdJob::advance(std::int64_t round, std::function<void(Result<bool>)> done) {
+  ops<bool>(
+      [this, round] { return rdzv_->advance(round, rendezvous::AdvanceReason::kMembership, 0); },
+      std::move(done));
+}
+
+void EtcdJob::markDone(std::int64_t round, int groupWorldSize,
+                       std::function<void(Result<std::int64_t>)> done) {
+  ops<std::int64_t>(
+      [this, round, groupWorldSize] { return rdzv_->markDone(round, groupWorldSize); },
+      std::move(done));
+}
+
+void EtcdJob::failures(std::int64_t round,
+                       std::function<void(Result<std::vector<std::string>>)> done) {
+  ops<std::vector<std::string>>([this, round] { return rdzv_->failures(round); }, std::move(done));
+}
+
+void EtcdJob::leaveWorkerStore() {
+  storeRound_ = -1;  // first: closing the channel runs its handler, which must ignore it
+  if (hostChannel_) hostChannel_->close();
+  hostChannel_.reset();
+  hosted_.reset();
+}
+
+void EtcdJob::workerStore(const rendezvous::RoundInfo& round,
+                          std::function<void(Result<WorkerStore>)> done) {
+  leaveWorkerStore();
+  const std::int64_t r = round.round;
+  storeRound_ = r;
+  const std::string key = prefix_ + DynamicRendezvous::roundKey(r, "store");
+  if (round.groupRank == 0) {
+    try {
+      rendezvous::StoreServerOptions o;
+      o.host = "0.0.0.0";
+      o.port = 0;
+      hosted_ = std::make_unique<HostedStore>(o, log_);
+    } catch (...) {
+      boost::asio::post(io_, [done = std::move(done), e = std::current_exception()] {
+        done(Result<WorkerStore>::failure(e));
+      });
+      return;
+    }
+    WorkerStore ws{options_.localAddr, hosted_->port()};
+    const std::string value = options_.localAddr + ":" + std::to_string(ws.port) + " " + memberId_;
+    ops<WorkerStore>(
+        [this, key, value, ws] {
+          ops_->put(key, value, lease_);
+          return ws;
+        },
+        std::move(done));
+    return;
+  }
+  ops<HostStore>(
+      [this, r, key] {
+        HostStore h = parseHostStore(
+            r, job_->get(DynamicRendezvous::roundKey(r, "store"), options_.rendezvous.joinTimeout));
+        rendezvous::TcpStore connection(workerStoreClient(h.store, options_.connectTimeout));
+        h.fd = connection.detachSocket();
+        return h;
+      },
+      [this, r, done = std::move(done)](Result<HostStore> h) {
+        if (!h.ok()) {
+          done(Result<WorkerStore>::failure(h.error));
+          return;
+        }
+        if (storeRound_ == r) {
+          watchStoreHost(r, h.value->fd,
+                         h.value->store.addr + ":" + std::to_string(h.value->store.port),
+                         h.value->member);
+        } else {
+          ::close(h.value->fd);
+        }
+        done(Result<WorkerStore>::success(h.value->store));
+      });
+}
+
+void EtcdJob::watchStoreHost(std::int64_t round, int fd, std::string address,
+                             std::string hostMember) {
+  hostChannel_ = std::make_unique<StoreChannel>(io_, fd, address, "/");
+  hostChannel_->waitChange(
+      kNeverSet, "",
+      [this, round, address, hostMember](const std::string& error, rendezvous::Bytes) {
+        if (stopping_ || finished_ || storeRound_ != round || error.empty()) return;
+        hostGoneRound_ = round;
+        // The host of this round's worker store is gone (its workers with it): end the round
+        // for everyone now, by deleting the host's alive key, rather than when its lease lapses.
+        log_->warn(
+            "rendezvous: round {}: the workers' store at {} (hosted by {}) is gone ({}); the "
+            "round ends and the nodes re-form with a new host",
+            round, address, hostMember, error);
+        queue_->post([this, round, hostMember] {
+          try {
+            ops_->remove(prefix_ + DynamicRendezvous::roundKey(round, "alive/" + hostMember));
+          } catch (const std::exception& e) {
+            if (!stopping_) log_->warn("rendezvous: could not end round {}: {}", round, e.what());
+          }
+        });
+      });
+}
+
+void EtcdJob::abortWorkers(std::int64_t round, std::string reason, std::function<void()> done) {
+  reason = reason.substr(0, worker::kMaxAbortReasonBytes);
+  if (hosted_ && storeRound_ == round) {
+    hosted_->set("/" + worker::abortKey(round), reason,
+                 [this, done = std::move(done)] { boost::asio::post(io_, done); });
+    return;
+  }
+  if (hostGoneRound_ == round) {
+    // The round's store died with its host: no native worker can read an abort key there, and
+    // trying would hold up the next rendezvous for a connect timeout.
+    boost::asio::post(io_, [done = std::move(done)] {
+      if (done) done();
+    });
+    return;
+  }
+  ops<bool>(
+      [this, round, reason] {
+        const auto value =
+            job_->get(DynamicRendezvous::roundKey(round, "store"), options_.connectTimeout);
+        const HostStore h = parseHostStore(round, value);
+        rendezvous::TcpStore store(workerStoreClient(h.store, options_.connectTimeout));
+        store.set(worker::abortKey(round), reason);
+        store.ping();
+        return true;
+      },
+      [this, round, done = std::move(done)](Result<bool> r) {
+        if (!r.ok()) {
+          log_->warn("could not tell native workers to abort round {}: {}", round, r.message());
+        }
+        if (done) done();
+      });
+}
+
+}  // namespace dtrun::agent

@@ -1,0 +1,122 @@
+"""A real etcd cluster on loopback for the end-to-end tests and the benchmark.
+
+`EtcdCluster(directory, members=3)` starts Debian's /usr/bin/etcd members, each with a client and
+a peer port that were free a moment ago (bound to 0 and read back: etcd takes port numbers, not
+sockets) and its own data directory under `directory`; `.endpoints` is "127.0.0.1:p0,...".
+Members can be killed (SIGKILL) and started again on their data; `close()` kills them all.
+Elections are fast (50 ms heartbeat, 500 ms election timeout). `enable_v2=True` serves etcd's v2
+API too (torchrun 1.13's etcd backends speak only v2).
+"""
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+ETCD = "/usr/bin/etcd"
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class EtcdCluster:
+    def __init__(self, directory, members=3, enable_v2=False, extra=()):
+        if not os.access(ETCD, os.X_OK):
+            raise FileNotFoundError(f"{ETCD} is missing (Debian's etcd-server; scripts/setup.sh)")
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.extra = list(extra) + (["--enable-v2"] if enable_v2 else [])
+        self.names = [f"m{i}" for i in range(members)]
+        self.client_ports = [_free_port() for _ in self.names]
+        self.peer_ports = [_free_port() for _ in self.names]
+        self.procs = [None] * members
+        for i in range(members):
+            self.start(i, fresh=True)
+        self.wait_healthy(60)
+
+    @property
+    def endpoints(self):
+        return ",".join(f"127.0.0.1:{p}" for p in self.client_ports)
+
+    def _argv(self, i, fresh):
+        cluster = ",".join(f"{n}=http://127.0.0.1:{p}" for n, p in zip(self.names, self.peer_ports))
+        client = f"http://127.0.0.1:{self.client_ports[i]}"
+        peer = f"http://127.0.0.1:{self.peer_ports[i]}"
+        return [ETCD, "--name", self.names[i], "--data-dir", str(self.dir / self.names[i]),
+                "--listen-client-urls", client, "--advertise-client-urls", client,
+                "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                "--initial-cluster", cluster,
+                "--initial-cluster-state", "new" if fresh else "existing",
+                "--initial-cluster-token", self.dir.name,
+                "--heartbeat-interval", "50", "--election-timeout", "500",
+                "--log-level", "warn"] + self.extra
+
+    def start(self, i, fresh=False):
+        if self.procs[i] and self.procs[i].poll() is None:
+            return
+        log = open(self.dir / f"{self.names[i]}.log", "ab")
+        self.procs[i] = subprocess.Popen(self._argv(i, fresh), stdout=log, stderr=log,
+                                         stdin=subprocess.DEVNULL)
+        log.close()
+
+    def kill(self, i):
+        p = self.procs[i]
+        if p and p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+
+    def stop_all(self):
+        for i in range(len(self.procs)):
+            self.kill(i)
+
+    def start_all(self):
+        for i in range(len(self.procs)):
+            self.start(i)
+        self.wait_healthy(60)
+
+    def healthy(self):
+        """True when some member serves a linearizable read (the cluster has quorum)."""
+        for port in self.client_ports:
+            try:
+                req = urllib.request.Request(f"http://127.0.0.1:{port}/v3/kv/range",
+                                             data=b'{"key":"eA=="}', method="POST")
+                with urllib.request.urlopen(req, timeout=2) as r:
+                    if r.status == 200:
+                        return True
+            except OSError:
+                pass
+        return False
+
+    def wait_healthy(self, timeout):
+        deadline = time.monotonic() + timeout
+        while not self.healthy():
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"etcd cluster in {self.dir} not healthy after {timeout} s")
+            time.sleep(0.05)
+
+    def keys(self, prefix):
+        """How many keys start with `prefix` (a linearizable count)."""
+        import base64
+        import json
+        start = base64.b64encode(prefix.encode()).decode()
+        end = bytearray(prefix.encode())
+        end[-1] += 1
+        body = json.dumps({"key": start, "range_end": base64.b64encode(bytes(end)).decode(),
+                           "count_only": True}).encode()
+        for port in self.client_ports:
+            try:
+                req = urllib.request.Request(f"http://127.0.0.1:{port}/v3/kv/range", data=body,
+                                             method="POST")
+                with urllib.request.urlopen(req, timeout=5) as r:
+                    return int(json.load(r).get("count", 0))
+            except OSError:
+                continue
+        raise RuntimeError("no etcd member answered")
+
+    def close(self):
+        self.stop_all()
