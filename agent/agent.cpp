@@ -181,6 +181,7 @@ void Agent::execute(Action& action) {
             job_.markDone(a.round, a.groupWorldSize,
                           guarded<std::int64_t>([this](Result<std::int64_t> r) {
                             if (!r.ok()) log_->warn("could not report success: {}", r.message());
+                            dispatch(event::DoneReported{r.ok()});
                           }));
           },
           [&](action::QueryState& a) {

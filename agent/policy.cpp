@@ -115,6 +115,7 @@ void Policy::on(const event::WorkerExited& e) {
     log_->info("agent: [{}] local worker group finished (SUCCEEDED); waiting for the other nodes",
                settings_.role);
     transition(State::kDoneWaiting);
+    doneReportPending_ = true;
     emit(action::MarkDone{round_.round, round_.groupWorldSize});
     return;
   }
@@ -367,19 +368,16 @@ void Policy::on(const event::JobLost& e) {
   if (state_ == State::kFinished) return;
   if (state_ == State::kFinishing && settings_.servesOthers) return;
   if (state_ == State::kDoneWaiting) {
-    // This node's workers all succeeded: the job cannot make them run again, and what the
-    // other nodes did is not known here.
-    log_->warn(
-        "agent: lost the rendezvous {} after this node's workers succeeded; the other "
-        "nodes' outcome is unknown here",
-        e.why);
-    emit(action::Record{"shutdown",
-                        {{"reason", "succeeded"},
-                         {"round", round_.round},
-                         {"others", "unknown"},
-                         {"error", e.why}}});
-    emit(action::CloseJob{});
-    finish(0);
+    // This node's workers all succeeded: the job cannot make them run again. Their success is
+    // put on record first when that is still under way (the store may only have dropped this
+    // node's heartbeat, as after a SIGSTOP, and the others wait for it), then this node leaves.
+    if (doneReportPending_) {
+      // Bounded: should the report hang on a store that is gone, the exit barrier ends it.
+      if (!lostWhileReporting_) emit(action::StartExitBarrier{settings_.exitBarrierTimeout});
+      if (!lostWhileReporting_) lostWhileReporting_ = e.why;
+      return;
+    }
+    leaveLostAfterSuccess(e.why);
     return;
   }
   lostJob_ = true;
@@ -412,6 +410,29 @@ void Policy::on(const event::Signal& e) {
   emit(action::Record{"shutdown", {{"reason", "signal"}, {"signal", e.signo}}});
   // The rendezvous stays open: this node's connection closing tells the others it left.
   stop(e.signo, std::nullopt, AfterStop::kFinish);
+}
+
+void Policy::on(const event::DoneReported& e) {
+  doneReportPending_ = false;
+  if (!lostWhileReporting_ || state_ != State::kDoneWaiting) return;
+  log_->info("agent: this node's success {} the job's record before leaving",
+             e.ok ? "reached" : "could not reach");
+  leaveLostAfterSuccess(*lostWhileReporting_);
+}
+
+void Policy::leaveLostAfterSuccess(const std::string& why) {
+  // What the other nodes did is not known here.
+  log_->warn(
+      "agent: lost the rendezvous {} after this node's workers succeeded; the other "
+      "nodes' outcome is unknown here",
+      why);
+  emit(action::Record{"shutdown",
+                      {{"reason", "succeeded"},
+                       {"round", round_.round},
+                       {"others", "unknown"},
+                       {"error", why}}});
+  emit(action::CloseJob{});
+  finish(0);
 }
 
 void Policy::on(const event::FinishTimerExpired&) {

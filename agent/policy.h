@@ -85,6 +85,9 @@ struct StacksCollected {  ///< the Python stacks a KillHung asked for (before th
   std::string stacks;
 };
 struct ExitBarrierExpired {};  ///< --exit-barrier-timeout passed while waiting, done
+struct DoneReported {          ///< the answer to MarkDone: this node's success is on record (or not)
+  bool ok = false;
+};
 }  // namespace event
 
 using Event =
@@ -92,7 +95,8 @@ using Event =
                  event::WorkerStoreFailed, event::WorkerExited, event::FailureCollected,
                  event::WorkersStopped, event::JobChanged, event::StateRead, event::JobLost,
                  event::Signal, event::FailuresRead, event::FinishTimerExpired, event::TimerExpired,
-                 event::Stalled, event::StacksCollected, event::ExitBarrierExpired>;
+                 event::Stalled, event::StacksCollected, event::ExitBarrierExpired,
+                 event::DoneReported>;
 
 /// What the agent must do. Each is carried out by one mechanism.
 namespace action {
@@ -224,6 +228,9 @@ class Policy {
   void on(const event::Stalled& e);
   void on(const event::StacksCollected& e);
   void on(const event::ExitBarrierExpired&);
+  void on(const event::DoneReported& e);
+  /// Leaves after the job was lost with this node's workers all succeeded.
+  void leaveLostAfterSuccess(const std::string& why);
 
   void onState(const rendezvous::JobState& s);
   /// Done waiting: the other nodes' outcome, without ever running this node's workers again.
@@ -248,6 +255,8 @@ class Policy {
   rendezvous::RoundInfo round_;
   bool haveRound_ = false;
   int running_ = 0;             // workers of the round not yet exited
+  bool doneReportPending_ = false;        // a MarkDone awaits its DoneReported
+  std::optional<std::string> lostWhileReporting_;  // JobLost that came meanwhile
   bool queryInFlight_ = false;  // one QueryState at a time ...
   bool requery_ = false;        // ... and one more after it when asked meanwhile
   bool advanceAsked_ = false;   // one membership Advance per round

@@ -264,10 +264,11 @@ TEST_CASE("file timer: per pid, the earliest expired timer with a signal is the 
   f.roots[w.pid()] = 0;
   f.roots[quiet.pid()] = 1;
   const double past = nowSeconds() - 5;
-  // Both already expired when they arrive: the first without a signal is skipped (torch).
-  w.line(request("no-signal", past, 0));
-  w.line(request("term", past + 1, SIGTERM));
-  w.line(request("kill", past + 2, SIGKILL));
+  // Both already expired when they arrive: the first without a signal is skipped (torch). One
+  // write (atomic on a FIFO), so the server reads the three in one go, as a client that sent
+  // them before the server's next look: one at a time, the first would be acted on alone.
+  w.send(request("no-signal", past, 0) + "\n" + request("term", past + 1, SIGTERM) + "\n" +
+         request("kill", past + 2, SIGKILL) + "\n");
   quiet.line(request("watch-only", past, 0));
   REQUIRE(f.waitRequests(4));
   REQUIRE(f.waitExpiries(2));

@@ -457,6 +457,36 @@ TEST_CASE("a stalled group: every worker killed, the report says it stalled",
   CHECK(p.handle(event::Stalled{0, std::chrono::milliseconds(1)}).empty());
 }
 
+TEST_CASE("a node lost while reporting its success puts it on record before it leaves",
+          "[agent][policy][done]") {
+  // The fault soak's node B: SIGSTOPped while its workers ran, resumed, its workers succeed and
+  // the store has meanwhile dropped its heartbeat: the others wait for B's success, so B reports
+  // it before leaving, within the exit barrier.
+  auto s = settings(2, 2);
+  s.exitBarrierTimeout = std::chrono::seconds(30);
+  Policy p(s, quiet());
+  runRound(p, roundOf(0, 1, 2));
+  p.handle(event::WorkerExited{0, exitCode(0)});
+  auto done = p.handle(event::WorkerExited{1, exitCode(0)});
+  REQUIRE(has<action::MarkDone>(done));
+  auto lost = p.handle(event::JobLost{"the store dropped this agent"});
+  CHECK_FALSE(has<action::Finish>(lost));
+  CHECK_FALSE(has<action::CloseJob>(lost));
+  CHECK(only<action::StartExitBarrier>(lost).after == std::chrono::seconds(30));
+  SECTION("the report lands: then it leaves with 0") {
+    auto left = p.handle(event::DoneReported{true});
+    CHECK(has<action::CloseJob>(left));
+    CHECK(only<action::Finish>(left).code == 0);
+  }
+  SECTION("the report fails: it leaves with 0 all the same (its workers succeeded)") {
+    CHECK(only<action::Finish>(p.handle(event::DoneReported{false})).code == 0);
+  }
+  SECTION("the report hangs: the exit barrier ends the wait") {
+    CHECK(only<action::Finish>(p.handle(event::ExitBarrierExpired{})).code == 0);
+    CHECK(p.handle(event::DoneReported{true}).empty());
+  }
+}
+
 TEST_CASE("a group that succeeded is final: a node gone does not restart it",
           "[agent][policy][done]") {
   auto s = settings(2, 2);
@@ -466,6 +496,7 @@ TEST_CASE("a group that succeeded is final: a node gone does not restart it",
   p.handle(event::WorkerExited{0, exitCode(0)});
   p.handle(event::WorkerExited{1, exitCode(0)});
   REQUIRE(p.state() == State::kDoneWaiting);
+  CHECK(p.handle(event::DoneReported{true}).empty());
   // The other node's lease lapsed: no advance, a bounded wait instead, once.
   JobState gone = stateOf(0);
   gone.gone = 1;
