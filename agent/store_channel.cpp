@@ -158,27 +158,35 @@ StoreChannel::~StoreChannel() { close(); }
 
 void StoreChannel::close() { state_->fail("closed"); }
 
+namespace {
+
+// A PING carrying this process's pid as its nonce, and the check of its echo.
+wire::Request pingRequest() {
+  return wire::makeRequest(wire::Op::kPing, {}, {}, 0, static_cast<std::uint32_t>(::getpid()));
+}
+
+std::function<void(const std::string&, wire::Reply)> pingChecked(std::uint32_t nonce,
+                                                                  StoreChannel::Done done) {
+  return [nonce, done = std::move(done)](const std::string& error, wire::Reply r) {
+    if (!error.empty()) return done(error);
+    done(r.word == nonce ? "" : "PING answered with a different nonce");
+  };
+}
+
+}  // namespace
+
 void StoreChannel::ping(std::chrono::milliseconds timeout, Done done) {
-  auto ping = wire::makeRequest(wire::Op::kPing, {}, {}, 0, static_cast<std::uint32_t>(::getpid()));
-  const std::uint32_t nonce = ping.word;
-  state_->submit({State::frameOf(ping), ping, timeout,
-                  [nonce, done = std::move(done)](const std::string& error, wire::Reply r) {
-                    if (!error.empty()) return done(error);
-                    done(r.word == nonce ? "" : "PING answered with a different nonce");
-                  }});
+  auto ping = pingRequest();
+  state_->submit({State::frameOf(ping), ping, timeout, pingChecked(ping.word, std::move(done))});
 }
 
 void StoreChannel::addOnClose(const std::string& key, std::int64_t delta,
                               std::chrono::milliseconds timeout, Done done) {
   // ADD_ON_CLOSE has no reply; the PING sent with it proves the server took it.
   auto add = state_->prefixed(wire::makeRequest(wire::Op::kAddOnClose, {key}, {}, delta));
-  auto ping = wire::makeRequest(wire::Op::kPing, {}, {}, 0, static_cast<std::uint32_t>(::getpid()));
-  const std::uint32_t nonce = ping.word;
+  auto ping = pingRequest();
   state_->submit({State::frameOf(add) + State::frameOf(ping), ping, timeout,
-                  [nonce, done = std::move(done)](const std::string& error, wire::Reply r) {
-                    if (!error.empty()) return done(error);
-                    done(r.word == nonce ? "" : "PING answered with a different nonce");
-                  }});
+                  pingChecked(ping.word, std::move(done))});
 }
 
 void StoreChannel::read(const std::string& key, std::chrono::milliseconds timeout,
