@@ -94,6 +94,30 @@ def _resumed(ckpt, restart):
     return [e for e in _progress(ckpt) if e["event"] == "resumed" and e["restart_count"] == restart]
 
 
+def _one_killed_one_survivor(agents):
+    """Waits for both agents: one SIGKILLed, the other exited 0. Returns the survivor."""
+    victim, survivors = None, []
+    for a in agents:
+        rc = a.wait(180)
+        if rc == -9:
+            victim = a
+        else:
+            survivors.append((a, rc))
+    check(victim is not None and len(survivors) == 1, "expected one killed agent, one survivor")
+    survivor, rc = survivors[0]
+    check(rc == 0, f"the survivor exited {rc}:\n{survivor.stderr()[-3000:]}")
+    return survivor
+
+
+def _world_4_then_2(final):
+    """Checks the world sizes per step: 4 up to some step k >= KILL_AFTER_STEP, then 2.
+    Returns k."""
+    k = final["worlds"].index(2) if 2 in final["worlds"] else STEPS
+    check(final["worlds"] == [4] * k + [2] * (STEPS - k) and k >= KILL_AFTER_STEP,
+          f"world sizes per step: {final['worlds']}")
+    return k
+
+
 def worker_killed(job):
     _torch()
     reference = _final(_run(job, "reference", agents=2, nproc=2))
@@ -124,22 +148,11 @@ def agent_killed(job):
     reference4 = _final(_run(job, "reference4", agents=2, nproc=2))
     ckpt, agents = _start_faulty(job, "1:2")
     t0 = job.fault("kill-agent", "--run-id", job.run_id, "--group-rank", "1")["ts"]
-    victim, survivors = None, []
-    for a in agents:
-        rc = a.wait(180)
-        if rc == -9:
-            victim = a
-        else:
-            survivors.append((a, rc))
-    check(victim is not None and len(survivors) == 1, "expected one killed agent, one survivor")
-    survivor, rc = survivors[0]
-    check(rc == 0, f"the survivor exited {rc}:\n{survivor.stderr()[-3000:]}")
+    survivor = _one_killed_one_survivor(agents)
     decided = [e for e in survivor.events("restart_decided")]
     log(f"survivor's restart decisions: {decided}")
     final = _final(ckpt)
-    k = final["worlds"].index(2) if 2 in final["worlds"] else STEPS
-    check(final["worlds"] == [4] * k + [2] * (STEPS - k) and k >= KILL_AFTER_STEP,
-          f"world sizes per step: {final['worlds']}")
+    k = _world_4_then_2(final)
     last = max(e["restart_count"] for e in _progress(ckpt))
     resumed = _resumed(ckpt, last)
     check(sorted(e["rank"] for e in resumed) == [0, 1] and {e["world_size"] for e in resumed}

@@ -144,20 +144,9 @@ def store_host_killed(job):
     try:
         ckpt, agents = _start_ddp(job, cluster, "1:2")
         t0 = job.fault("kill-agent", "--run-id", job.run_id, "--group-rank", "0")["ts"]
-        victim, survivors = None, []
-        for a in agents:
-            rc = a.wait(180)
-            if rc == -9:
-                victim = a
-            else:
-                survivors.append((a, rc))
-        check(victim is not None and len(survivors) == 1, "expected one killed agent, one survivor")
-        survivor, rc = survivors[0]
-        check(rc == 0, f"the survivor exited {rc}:\n{survivor.stderr()[-3000:]}")
+        ddp._one_killed_one_survivor(agents)
         final = ddp._final(ckpt)
-        k = final["worlds"].index(2) if 2 in final["worlds"] else ddp.STEPS
-        check(final["worlds"] == [4] * k + [2] * (ddp.STEPS - k) and k >= ddp.KILL_AFTER_STEP,
-              f"world sizes per step: {final['worlds']}")
+        k = ddp._world_4_then_2(final)
         last = max(e["restart_count"] for e in ddp._progress(ckpt))
         resumed = ddp._resumed(ckpt, last)
         check(sorted(e["rank"] for e in resumed) == [0, 1],
