@@ -9,6 +9,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <spdlog/logger.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/null_sink.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <sys/socket.h>
@@ -46,20 +47,41 @@ inline std::shared_ptr<spdlog::logger> quietLogger() {
 
 /// Log lines captured through spdlog's ostream sink. Read text() only once the thread that logs
 /// has stopped (ServerThread::stop() joins it): the stream itself is not synchronised for readers.
+// An spdlog sink that keeps what it is given in a string, read under the sink's own lock: the
+// server's thread logs while the test's thread reads.
+class StringSink : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  std::string text() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return text_;
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    spdlog::memory_buf_t buf;
+    formatter_->format(msg, buf);
+    text_.append(buf.data(), buf.size());
+  }
+  void flush_() override {}
+
+ private:
+  std::string text_;
+};
+
 class CapturedLog {
  public:
   CapturedLog()
-      : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(stream_)),
+      : sink_(std::make_shared<StringSink>()),
         logger_(std::make_shared<spdlog::logger>("store", sink_)) {
     sink_->set_pattern("%l %v");
     logger_->set_level(spdlog::level::debug);
   }
   const std::shared_ptr<spdlog::logger>& logger() const { return logger_; }
-  std::string text() const { return stream_.str(); }
+  std::string text() const { return sink_->text(); }
   /// The lines that contain `needle`.
   std::vector<std::string> linesWith(std::string_view needle) const {
     std::vector<std::string> out;
-    std::istringstream in(stream_.str());
+    std::istringstream in(text());
     for (std::string line; std::getline(in, line);) {
       if (line.find(needle) != std::string::npos) out.push_back(line);
     }
@@ -67,8 +89,7 @@ class CapturedLog {
   }
 
  private:
-  std::ostringstream stream_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+  std::shared_ptr<StringSink> sink_;
   std::shared_ptr<spdlog::logger> logger_;
 };
 
