@@ -30,8 +30,8 @@ struct RendezvousConfig {
   std::string backend = "c10d";  ///< "c10d", "static" or "etcd" (also spelled etcd-v2)
   /// etcd: --rdzv-endpoint as given, the comma-separated members (host:port or URLs).
   std::string etcdEndpoints;
-  std::string host;              ///< endpoint host (brackets of [v6] removed)
-  std::uint16_t port = 29400;    ///< endpoint port; 0 = pick a free one (standalone)
+  std::string host;            ///< endpoint host (brackets of [v6] removed)
+  std::uint16_t port = 29400;  ///< endpoint port; 0 = pick a free one (standalone)
   std::string runId = "none";
   int minNodes = 1;
   int maxNodes = 1;

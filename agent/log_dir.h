@@ -76,7 +76,7 @@ class LogDir {
   std::string baseDir_;
   std::string runDir_;
   bool disabled_ = false;
-  bool ownsBase_ = false;  // the base is a torchelastic_ temp dir made here
+  bool ownsBase_ = false;          // the base is a torchelastic_ temp dir made here
   std::vector<std::string> made_;  // attempt and rank dirs made here, in the order made
 };
 

@@ -426,11 +426,9 @@ void Policy::leaveLostAfterSuccess(const std::string& why) {
       "agent: lost the rendezvous {} after this node's workers succeeded; the other "
       "nodes' outcome is unknown here",
       why);
-  emit(action::Record{"shutdown",
-                      {{"reason", "succeeded"},
-                       {"round", round_.round},
-                       {"others", "unknown"},
-                       {"error", why}}});
+  emit(action::Record{
+      "shutdown",
+      {{"reason", "succeeded"}, {"round", round_.round}, {"others", "unknown"}, {"error", why}}});
   emit(action::CloseJob{});
   finish(0);
 }

@@ -85,18 +85,17 @@ struct StacksCollected {  ///< the Python stacks a KillHung asked for (before th
   std::string stacks;
 };
 struct ExitBarrierExpired {};  ///< --exit-barrier-timeout passed while waiting, done
-struct DoneReported {          ///< the answer to MarkDone: this node's success is on record (or not)
+struct DoneReported {  ///< the answer to MarkDone: this node's success is on record (or not)
   bool ok = false;
 };
 }  // namespace event
 
-using Event =
-    std::variant<event::Start, event::Joined, event::JoinFailed, event::WorkerStoreReady,
-                 event::WorkerStoreFailed, event::WorkerExited, event::FailureCollected,
-                 event::WorkersStopped, event::JobChanged, event::StateRead, event::JobLost,
-                 event::Signal, event::FailuresRead, event::FinishTimerExpired, event::TimerExpired,
-                 event::Stalled, event::StacksCollected, event::ExitBarrierExpired,
-                 event::DoneReported>;
+using Event = std::variant<event::Start, event::Joined, event::JoinFailed, event::WorkerStoreReady,
+                           event::WorkerStoreFailed, event::WorkerExited, event::FailureCollected,
+                           event::WorkersStopped, event::JobChanged, event::StateRead,
+                           event::JobLost, event::Signal, event::FailuresRead,
+                           event::FinishTimerExpired, event::TimerExpired, event::Stalled,
+                           event::StacksCollected, event::ExitBarrierExpired, event::DoneReported>;
 
 /// What the agent must do. Each is carried out by one mechanism.
 namespace action {
@@ -254,13 +253,13 @@ class Policy {
   State state_ = State::kJoining;
   rendezvous::RoundInfo round_;
   bool haveRound_ = false;
-  int running_ = 0;             // workers of the round not yet exited
-  bool doneReportPending_ = false;        // a MarkDone awaits its DoneReported
+  int running_ = 0;                                // workers of the round not yet exited
+  bool doneReportPending_ = false;                 // a MarkDone awaits its DoneReported
   std::optional<std::string> lostWhileReporting_;  // JobLost that came meanwhile
-  bool queryInFlight_ = false;  // one QueryState at a time ...
-  bool requery_ = false;        // ... and one more after it when asked meanwhile
-  bool advanceAsked_ = false;   // one membership Advance per round
-  bool shuttingDown_ = false;   // a terminating signal came, or the job was lost
+  bool queryInFlight_ = false;                     // one QueryState at a time ...
+  bool requery_ = false;                           // ... and one more after it when asked meanwhile
+  bool advanceAsked_ = false;                      // one membership Advance per round
+  bool shuttingDown_ = false;                      // a terminating signal came, or the job was lost
   AfterStop afterStop_ = AfterStop::kNone;
   std::int64_t reportRound_ = 0;  // the final round, for kReport
   std::vector<ProcessFailure> localFailures_;

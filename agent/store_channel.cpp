@@ -166,7 +166,7 @@ wire::Request pingRequest() {
 }
 
 std::function<void(const std::string&, wire::Reply)> pingChecked(std::uint32_t nonce,
-                                                                  StoreChannel::Done done) {
+                                                                 StoreChannel::Done done) {
   return [nonce, done = std::move(done)](const std::string& error, wire::Reply r) {
     if (!error.empty()) return done(error);
     done(r.word == nonce ? "" : "PING answered with a different nonce");

@@ -25,8 +25,8 @@ using dtrun::agent::FileTimerServer;
 using dtrun::agent::ownerOf;
 using dtrun::agent::parseFileTimerRequest;
 using dtrun::agent::TimerExpiry;
-using dtrun::test::runUntil;
 using dtrun::test::pollUntil;
+using dtrun::test::runUntil;
 using dtrun::test::TempDir;
 using namespace std::chrono_literals;
 

@@ -25,9 +25,9 @@
 
 using namespace dtrun::agent;
 using dtrun::SpawnSpec;
-using dtrun::test::runUntil;
 using dtrun::test::pollUntil;
 using dtrun::test::processAlive;
+using dtrun::test::runUntil;
 using namespace std::chrono_literals;
 
 namespace {

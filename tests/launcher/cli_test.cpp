@@ -682,8 +682,7 @@ TEST_CASE("backend, endpoint and run id: c10d by default, torchrun's static form
                Contains("needs --rdzv-endpoint"));
     CHECK_THAT(usageError({"--rdzv-backend", "etcd-v2", "--rdzv-endpoint", "a:1,,b", "train.py"}),
                Contains("--rdzv-endpoint") && Contains("empty"));
-    CHECK_THAT(usageError({"--rdzv-backend", "etcd", "--rdzv-endpoint", "https://a:1",
-                           "train.py"}),
+    CHECK_THAT(usageError({"--rdzv-backend", "etcd", "--rdzv-endpoint", "https://a:1", "train.py"}),
                Contains("protocol=https"));
     CHECK_THAT(usageError({"--rdzv-backend", "etcd", "--rdzv-endpoint", "a:1", "--rdzv-conf",
                            "protocol=ftp", "train.py"}),
