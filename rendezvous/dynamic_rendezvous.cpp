@@ -75,26 +75,32 @@ std::string makeNonce() {
   return buf;
 }
 
-// The rendezvous' own keys are checked when read: anyone who reaches the store can write them,
-// and a malformed value must be a clear error naming the key, never a crash (docs/store.md).
-std::int64_t number(const std::string& key, const Bytes& value) {
+// The rendezvous' own keys are checked when read: anyone who reaches the store can write them
+// (unless it asks for a token), and a malformed value must be a clear error naming the key and
+// who wrote it, never a crash (docs/store.md).
+[[noreturn]] void malformed(Store& store, const std::string& key, const Bytes& value,
+                            const std::string& what) {
+  const std::string writer = store.writerOf(key);
+  throw ProtocolError("rendezvous key '" + key + "' holds " + escapeForLog(value) + ", " + what +
+                      ": " +
+                      (writer.empty() ? std::string("something other than a dtrun agent wrote it")
+                                      : "written by " + writer + ", not by a dtrun agent"));
+}
+
+std::int64_t number(Store& store, const std::string& key, const Bytes& value) {
   std::int64_t out = 0;
   const char* end = value.data() + value.size();
   auto [ptr, ec] = std::from_chars(value.data(), end, out);
-  if (value.empty() || ec != std::errc() || ptr != end) {
-    throw ProtocolError("rendezvous key '" + key + "' holds " + escapeForLog(value) +
-                        ", not a number: something other than a dtrun agent wrote it");
-  }
+  if (value.empty() || ec != std::errc() || ptr != end)
+    malformed(store, key, value, "not a number");
   return out;
 }
 
-NodeInfo nodeInfo(const std::string& key, const Bytes& value) {
+NodeInfo nodeInfo(Store& store, const std::string& key, const Bytes& value) {
   try {
     return nlohmann::json::parse(value).get<NodeInfo>();
   } catch (const nlohmann::json::exception& e) {
-    throw ProtocolError("rendezvous key '" + key + "' holds " + escapeForLog(value) +
-                        ", not a node description (" + e.what() +
-                        "): something other than a dtrun agent wrote it");
+    malformed(store, key, value, std::string("not a node description (") + e.what() + ")");
   }
 }
 
@@ -165,9 +171,11 @@ DynamicRendezvous::Outcome DynamicRendezvous::joinRound(std::int64_t round,
   // was opened by a stranger's ADD or SET on "round": refused, so that nobody can force
   // restarts that --max-restarts would never count.
   if (round > 0 && !store_->check({roundKey(round, "expect")})) {
+    const std::string writer = store_->writerOf("round");
     throw ProtocolError("rendezvous key 'round' says round " + std::to_string(round) +
                         ", which no dtrun agent opened (" + roundKey(round, "expect") +
-                        " is missing): a client other than a dtrun agent moved the round counter");
+                        " is missing): a client other than a dtrun agent moved the round counter" +
+                        (writer.empty() ? "" : " (its last write came from " + writer + ")"));
   }
   const std::string joinKey = roundKey(round, "join");
   const std::string closedKey = roundKey(round, "closed");
@@ -183,7 +191,7 @@ DynamicRendezvous::Outcome DynamicRendezvous::joinRound(std::int64_t round,
   const int index = joinedNodes(mine) - 1;
   const int offset = joinedProcs(mine) - me_.nproc;
   if (store_->check({closedKey}) &&
-      index >= joinedNodes(number(closedKey, store_->get(closedKey, kSlice)))) {
+      index >= joinedNodes(number(*store_, closedKey, store_->get(closedKey, kSlice)))) {
     return Outcome::kLate;
   }
   if (!settings_.fixedRank && index >= settings_.maxNodes) return Outcome::kLate;
@@ -243,7 +251,7 @@ DynamicRendezvous::Outcome DynamicRendezvous::joinRound(std::int64_t round,
     joined = joinedNodes(store_->add(joinKey, 0));
   }
 
-  const std::int64_t closed = number(closedKey, store_->get(closedKey, kSlice));
+  const std::int64_t closed = number(*store_, closedKey, store_->get(closedKey, kSlice));
   if (index >= joinedNodes(closed)) return Outcome::kLate;
   info->round = round;
   info->groupRank = groupRank;
@@ -280,7 +288,8 @@ std::vector<NodeInfo> DynamicRendezvous::nodesOf(std::int64_t round, int count,
   for (int r = 0; r < count; ++r) keys.push_back(roundKey(round, "node/" + std::to_string(r)));
   std::vector<NodeInfo> nodes;
   auto values = store_->multiGet(keys, timeout);
-  for (std::size_t i = 0; i < values.size(); ++i) nodes.push_back(nodeInfo(keys[i], values[i]));
+  for (std::size_t i = 0; i < values.size(); ++i)
+    nodes.push_back(nodeInfo(*store_, keys[i], values[i]));
   return nodes;
 }
 
@@ -295,8 +304,9 @@ void DynamicRendezvous::waitForRound(std::int64_t round, Clock::time_point deadl
       // Round round-1 closed without this node; it opens the next one when a member leaves or
       // fails, or restarts into it at once when the group has room (< max nodes).
       const std::string closed = roundKey(round - 1, "closed");
-      const int running =
-          store_->check({closed}) ? joinedNodes(number(closed, store_->get(closed, kSlice))) : 0;
+      const int running = store_->check({closed})
+                              ? joinedNodes(number(*store_, closed, store_->get(closed, kSlice)))
+                              : 0;
       log_->warn(
           "rendezvous: waiting until {} (join timeout) for round {} to open: round {} runs "
           "without this node ({} node(s), max {}); the next round opens when a node fails or "
@@ -350,8 +360,8 @@ void DynamicRendezvous::logWaiting(std::int64_t round, int joined, Clock::time_p
     }
   } else if (round > 0 && joined <= kRosterLimit &&
              store_->check({roundKey(round - 1, "closed")})) {
-    const int before = joinedNodes(
-        number(roundKey(round - 1, "closed"), store_->get(roundKey(round - 1, "closed"), kSlice)));
+    const int before = joinedNodes(number(*store_, roundKey(round - 1, "closed"),
+                                          store_->get(roundKey(round - 1, "closed"), kSlice)));
     if (before <= kRosterLimit) {
       for (const auto& n : roster(round - 1, before)) {
         const bool back = std::any_of(came.begin(), came.end(), [&](const NodeInfo& c) {
@@ -389,7 +399,7 @@ void DynamicRendezvous::timedOut(std::int64_t round, int joined) {
     const std::string key = roundKey(round, "node/" + std::to_string(r));
     if (!store_->check({key})) continue;
     if (!who.empty()) who += ", ";
-    who += describe(nodeInfo(key, store_->get(key, kSlice)));
+    who += describe(nodeInfo(*store_, key, store_->get(key, kSlice)));
   }
   throw TimeoutError("rendezvous: round " + std::to_string(round) + " timed out after " +
                      std::to_string(settings_.joinTimeout.count() / 1000) + " s with " +
@@ -435,22 +445,23 @@ bool DynamicRendezvous::advance(std::int64_t round, AdvanceReason reason, int ma
   const bool decidedHere = claim == mine;
   const bool failure = claim.rfind("failure ", 0) == 0;
   // Who will be back: the members still connected plus the nodes that came too late.
-  const std::int64_t closed =
-      store_->check({roundKey(round, "closed")})
-          ? number(roundKey(round, "closed"), store_->get(roundKey(round, "closed"), kSlice))
-          : 0;
+  const std::int64_t closed = store_->check({roundKey(round, "closed")})
+                                  ? number(*store_, roundKey(round, "closed"),
+                                           store_->get(roundKey(round, "closed"), kSlice))
+                                  : 0;
   const std::int64_t back =
       joinedNodes(closed) - counter(goneKey(round)) + counter(roundKey(round, "waiting"));
   if (failure) {
     // This round's count is fixed once (r<R>/restarts); the job-wide counter only ever rises to
     // it, so a late helper of an older round cannot lower it.
-    const std::int64_t restarts = number(
-        roundKey(round, "restarts"), store_->compareSet(roundKey(round, "restarts"), "",
-                                                        std::to_string(counter("restarts") + 1)));
+    const std::int64_t restarts =
+        number(*store_, roundKey(round, "restarts"),
+               store_->compareSet(roundKey(round, "restarts"), "",
+                                  std::to_string(counter("restarts") + 1)));
     for (std::int64_t now = counter("restarts"); now < restarts;) {
       const Bytes seen =
           store_->compareSet("restarts", std::to_string(now), std::to_string(restarts));
-      now = seen == std::to_string(now) ? restarts : number("restarts", seen);
+      now = seen == std::to_string(now) ? restarts : number(*store_, "restarts", seen);
     }
     if (restarts > maxRestarts) {
       nlohmann::json final = {{"reason", "max_restarts"},

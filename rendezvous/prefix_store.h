@@ -28,6 +28,7 @@ class PrefixStore : public Store {
   void multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
   Bytes waitChange(const std::string& key, const Bytes& old,
                    std::chrono::milliseconds timeout) override;
+  std::string writerOf(const std::string& key) override { return base_->writerOf(joinKey(key)); }
 
   const std::string& prefix() const { return prefix_; }
   const std::shared_ptr<Store>& base() const { return base_; }

@@ -51,6 +51,12 @@ class Store {
   /// TimeoutError) and returns that value. Watches counters without polling.
   virtual Bytes waitChange(const std::string& key, const Bytes& old,
                            std::chrono::milliseconds timeout) = 0;
+  /// Who last wrote `key` ("host:port"), for error messages about what it holds; "" when the
+  /// store does not know. Never throws.
+  virtual std::string writerOf(const std::string& key) {
+    (void)key;
+    return {};
+  }
 };
 
 /// "a, b, c": for error messages that name keys.

@@ -6,13 +6,20 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/log_text.h"
 
 namespace dtrun::rendezvous {
 
 StoreConnection::StoreConnection(StoreCore& core, StoreCore::ClientId id,
                                  const wire::Limits& limits, std::size_t maxReplyBytes,
-                                 ConnectionBytes& total)
-    : core_(core), id_(id), decoder_(limits), maxReplyBytes_(maxReplyBytes), total_(total) {}
+                                 ConnectionBytes& total, std::string peer, std::string_view token)
+    : core_(core),
+      id_(id),
+      decoder_(limits),
+      maxReplyBytes_(maxReplyBytes),
+      total_(total),
+      peer_(std::move(peer)),
+      token_(token) {}
 
 StoreConnection::~StoreConnection() { close(); }
 
@@ -102,7 +109,80 @@ void StoreConnection::admitReply(std::size_t bytes, const wire::Request& req) co
   core_.admit(bytes, "reply");
 }
 
+namespace {
+
+bool startsWith(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
+
+// Operations that only read the keys they name.
+bool readsOnly(wire::Op op) {
+  switch (op) {
+    case wire::Op::kGet:
+    case wire::Op::kCheck:
+    case wire::Op::kWait:
+    case wire::Op::kMultiGet:
+    case wire::Op::kWaitChange:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Compares every byte whatever the first difference, so the time taken tells nothing of the
+// token but its length.
+bool sameSecret(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  }
+  return diff == 0;
+}
+
+}  // namespace
+
+void StoreConnection::checkAccess(const wire::Request& req) const {
+  if (token_.empty() || authenticated_) return;
+  for (const auto& k : req.keys) {
+    if (!startsWith(k, kProtectedKeyPrefix)) continue;
+    if (readsOnly(req.op) && startsWith(k, kOpenReadKeyPrefix)) continue;
+    throw StoreRefused(std::string(wire::opName(req.op)) + " " + escapeForLog(k) +
+                       " refused: keys under " + std::string(kProtectedKeyPrefix) +
+                       " need the store's token, and this connection has not presented it");
+  }
+}
+
+bool StoreConnection::mayList(const std::string& key) const {
+  return token_.empty() || authenticated_ || !startsWith(key, kProtectedKeyPrefix);
+}
+
+void StoreConnection::noteWriters(const wire::Request& req) {
+  if (peer_.empty()) return;
+  switch (req.op) {
+    case wire::Op::kSet:
+    case wire::Op::kCompareSet:
+    case wire::Op::kAdd:
+    case wire::Op::kAppend:
+    case wire::Op::kMultiSet:
+    case wire::Op::kQueuePush:
+    case wire::Op::kBarrier:
+      for (const auto& k : req.keys) {
+        if (startsWith(k, kProtectedKeyPrefix)) core_.noteWriter(k, peer_);
+      }
+      break;
+    default:
+      break;
+  }
+}
+
 void StoreConnection::handle(wire::Request& req) {
+  checkAccess(req);
+  serve(req);
+  noteWriters(req);
+}
+
+void StoreConnection::serve(wire::Request& req) {
   StoreCore& core = core_;
   std::string& out = out_;
   switch (req.op) {
@@ -190,6 +270,9 @@ void StoreConnection::handle(wire::Request& req) {
       break;
     case wire::Op::kListKeys: {
       auto keys = core.keyNames();
+      if (!token_.empty() && !authenticated_) {
+        std::erase_if(keys, [this](const std::string& k) { return !mayList(k); });
+      }
       std::size_t size = 8;
       for (const auto& k : keys) {
         size += wire::valueReplySize(k.get().size());
@@ -218,6 +301,23 @@ void StoreConnection::handle(wire::Request& req) {
         wire::encodeStatusReply(&out, wire::kStopWaiting);
       }
       break;
+    case wire::Op::kAuth:
+      if (token_.empty()) {
+        wire::encodeStatusReply(&out, wire::kAuthNotRequired);
+      } else if (sameSecret(req.values[0], token_)) {
+        authenticated_ = true;
+        wire::encodeStatusReply(&out, wire::kAuthAccepted);
+      } else {
+        // The reply goes out before the connection closes, so a dtrun client can say why.
+        wire::encodeStatusReply(&out, wire::kAuthRefused);
+        throw StoreRefused("the token presented is not the store's");
+      }
+      break;
+    case wire::Op::kWriter: {
+      const std::string* who = core.writerOf(req.keys[0]);
+      wire::encodeValueReply(&out, who ? std::string_view(*who) : std::string_view());
+      break;
+    }
   }
 }
 

@@ -14,11 +14,20 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "rendezvous/store_core.h"
 #include "rendezvous/wire.h"
 
 namespace dtrun::rendezvous {
+
+/// With a token set, keys under this prefix need it: the rendezvous' keys ("dtrun/<run id>/...")
+/// and the abort keys, behind the "/" torch's client puts before every key (docs/store.md,
+/// "Shared secret"). Workers' keys ("/worker/attempt_N/...", their own) stay open to torch.
+inline constexpr std::string_view kProtectedKeyPrefix = "/dtrun/";
+/// ... but anyone may read these: the abort keys (common/abort_key.h), which the workers'
+/// runtime watches without the token. Writing them still needs it.
+inline constexpr std::string_view kOpenReadKeyPrefix = "/dtrun/abort/";
 
 /// Bytes every connection of one server holds (requests arriving, replies unsent), which
 /// StoreCore's quota counts too.
@@ -28,8 +37,11 @@ struct ConnectionBytes {
 
 class StoreConnection {
  public:
+  /// `peer` names the client as the core's writer records give it; `token` (empty: none) is the
+  /// shared secret a client must present to touch protected keys; it must outlive this.
   StoreConnection(StoreCore& core, StoreCore::ClientId id, const wire::Limits& limits,
-                  std::size_t maxReplyBytes, ConnectionBytes& total);
+                  std::size_t maxReplyBytes, ConnectionBytes& total, std::string peer = {},
+                  std::string_view token = {});
   /// close(), if not done yet. The core must still exist.
   ~StoreConnection();
   /// The client is gone: forgets its parked operation, runs its close actions, gives its bytes
@@ -61,9 +73,18 @@ class StoreConnection {
   std::size_t receivedRequest() const { return decoder_.received(); }
   wire::Dialect dialect() const { return decoder_.dialect(); }
   StoreCore::ClientId id() const { return id_; }
+  /// The client presented the server's token (always false when the server has none).
+  bool authenticated() const { return authenticated_; }
 
  private:
+  /// Checks access, serves, notes writers.
   void handle(wire::Request& req);
+  void serve(wire::Request& req);
+  /// Refuses (StoreRefused) a request that touches protected keys before the token was shown.
+  void checkAccess(const wire::Request& req) const;
+  /// Records this client as the writer of the protected keys `req` wrote.
+  void noteWriters(const wire::Request& req);
+  bool mayList(const std::string& key) const;
   /// Refuses (StoreRefused) a reply of `bytes` past maxReplyBytes or the quota.
   void admitReply(std::size_t bytes, const wire::Request& req) const;
   /// Brings this connection's share of ConnectionBytes up to date.
@@ -78,6 +99,9 @@ class StoreConnection {
   std::string out_;
   std::size_t inFlight_ = 0;
   std::optional<std::chrono::milliseconds> lease_;
+  std::string peer_;
+  std::string_view token_;
+  bool authenticated_ = false;
   bool closed_ = false;
 };
 

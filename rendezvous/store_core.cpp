@@ -141,7 +141,32 @@ bool StoreCore::deleteKey(const std::string& key) {
   if (it == map_.end()) return false;
   record(entryBytes(key, it->second.size()), 0);
   map_.erase(it);
+  if (auto w = writers_.find(key); w != writers_.end()) {
+    record(entryBytes(key, w->second.size()), 0);
+    writers_.erase(w);
+  }
   return true;
+}
+
+void StoreCore::noteWriter(const std::string& key, const std::string& who) {
+  auto it = writers_.find(key);
+  const std::size_t before = it == writers_.end() ? 0 : entryBytes(key, it->second.size());
+  const std::size_t after = entryBytes(key, who.size());
+  if (after > before && (bytes_ + external_ > quota_.maxBytes ||
+                         after - before > quota_.maxBytes - bytes_ - external_)) {
+    return;  // a name for an error message is not worth refusing a write
+  }
+  if (it == writers_.end()) {
+    writers_.emplace(key, who);
+  } else {
+    it->second = who;
+  }
+  record(before, after);
+}
+
+const std::string* StoreCore::writerOf(const std::string& key) const {
+  auto it = writers_.find(key);
+  return it == writers_.end() ? nullptr : &it->second;
 }
 
 void StoreCore::append(const std::string& key, const Bytes& value) {

@@ -104,6 +104,13 @@ class StoreCore {
   /// The client went away: forget its parked operation, run its close actions.
   void dropClient(ClientId client);
 
+  /// Records `who` (a client's address) as the last writer of `key`, for error messages
+  /// (DTRUN_WRITER). Best effort: skipped when the record would pass the quota. The server
+  /// records the protected keys only (docs/store.md, "Shared secret").
+  void noteWriter(const std::string& key, const std::string& who);
+  /// The last writer noted for `key`, or nullptr.
+  const std::string* writerOf(const std::string& key) const;
+
  private:
   enum class ParkKind : std::uint8_t { kKeys, kBarrier, kChange };
   struct Parked {
@@ -140,6 +147,7 @@ class StoreCore {
   std::unordered_map<std::string, std::vector<ClientId>> waiters_;
   std::unordered_map<ClientId, Parked> parked_;
   std::unordered_map<ClientId, std::vector<std::pair<std::string, std::int64_t>>> closeActions_;
+  std::unordered_map<std::string, std::string> writers_;  // charged like entries
   WakeFn wake_;
   StoreQuota quota_;
   std::size_t bytes_ = 0;

@@ -46,10 +46,10 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
   Session(StoreServer& server, tcp::socket socket, StoreCore::ClientId id)
       : server_(server),
         socket_(std::move(socket)),
+        peer_(peerOf(socket_)),
         conn_(server.core_, id, server.options_.limits, server.options_.maxReplyBytes,
-              server.connectionBytes_),
+              server.connectionBytes_, peer_, server.options_.token),
         timer_(server.io_) {
-    peer_ = peerOf(socket_);
     boost::system::error_code ec;
     socket_.set_option(tcp::no_delay(true), ec);
     socket_.non_blocking(true, ec);
@@ -75,10 +75,17 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
     server_.onSessionClosed(conn_.id());
   }
 
-  /// Logs why (once, rate-limited with every other session's) and closes.
+  /// Logs why (once, rate-limited with every other session's) and closes. Replies already
+  /// made (DTRUN_AUTH's "refused" among them) are sent first if the socket takes them now.
   void closeBecause(const std::string& kind, const std::string& why) {
     if (closed_) return;
     server_.warn(kind, "store: closing connection from " + peer_ + ": " + why);
+    if (!writing_ && conn_.hasOutput()) {
+      const std::string last = conn_.takeOutput();
+      boost::system::error_code ignored;
+      socket_.send(asio::buffer(last), 0, ignored);  // non-blocking: what fits, or nothing
+      conn_.sent();
+    }
     close();
   }
 
@@ -230,8 +237,8 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
 
   StoreServer& server_;
   tcp::socket socket_;
-  StoreConnection conn_;
   std::string peer_;
+  StoreConnection conn_;
   std::string out_;  // the write in flight
   bool writing_ = false;
   bool reading_ = false;

@@ -45,6 +45,9 @@ struct StoreServerOptions {
   std::size_t warningBurst = 5;
   std::chrono::milliseconds warningWindow = std::chrono::seconds(5);
   int backlog = 16384;  ///< listen backlog (the kernel caps it at somaxconn)
+  /// Shared secret (docs/store.md, "Shared secret"); empty: none. With one, keys under
+  /// kProtectedKeyPrefix need it, presented with DTRUN_AUTH.
+  std::string token;
 };
 
 class StoreServer {

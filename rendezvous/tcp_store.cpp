@@ -107,6 +107,7 @@ bool repeatable(Op op) {
     case Op::kQueueLen:
     case Op::kListKeys:
     case Op::kWaitChange:
+    case Op::kWriter:
       return true;
     default:
       return false;
@@ -169,18 +170,9 @@ void TcpStore::connect() {
       }
       ::freeaddrinfo(res);
     }
-    if (fd_ >= 0 && options_.dialect == wire::Dialect::kTorch2) {
-      try {
-        // VALIDATE has no reply; the PING round trip proves the server took it.
-        sendRequest(makeRequest(Op::kValidate, {}, {}, 0, wire::kValidationMagic), until);
-        auto ping = makeRequest(Op::kPing, {}, {}, 0, static_cast<std::uint32_t>(::getpid()));
-        sendRequest(ping, until);
-        if (readReply(ping, until, "handshake").word != ping.word) {
-          lastError = "handshake: PING answered with a different nonce";
-          disconnect();
-        }
-      } catch (const Error& e) {
-        lastError = e.what();
+    if (fd_ >= 0) {
+      if (std::string why = handshake(until); !why.empty()) {
+        lastError = why;
         disconnect();
       }
     }
@@ -202,6 +194,44 @@ void TcpStore::connect() {
     std::this_thread::sleep_for(pause);
     backoff = std::min(backoff * 2, milliseconds(1000));
   }
+}
+
+std::string TcpStore::handshake(Clock::time_point until) {
+  try {
+    if (options_.dialect == wire::Dialect::kTorch2) {
+      // VALIDATE has no reply; the PING round trip proves the server took it.
+      sendRequest(makeRequest(Op::kValidate, {}, {}, 0, wire::kValidationMagic), until);
+      auto ping = makeRequest(Op::kPing, {}, {}, 0, static_cast<std::uint32_t>(::getpid()));
+      sendRequest(ping, until);
+      if (readReply(ping, until, "handshake").word != ping.word) {
+        return "handshake: PING answered with a different nonce";
+      }
+    }
+    if (options_.token.empty()) return "";
+    auto auth = makeRequest(Op::kAuth, {}, {options_.token});
+    sendRequest(auth, until);
+    const std::uint8_t status = readReply(auth, until, "presenting the token").status;
+    if (status == wire::kAuthRefused) {
+      disconnect();
+      throw StoreAuthError("store " + address_ +
+                           " refused this client's token: the token files of the store and of "
+                           "this node differ");
+    }
+    if (status == wire::kAuthNotRequired) {
+      disconnect();
+      throw StoreAuthError("store " + address_ +
+                           " has no token, but this client was given one: start the store with "
+                           "the same token (token_file), or give none to every node");
+    }
+    if (status != wire::kAuthAccepted) {
+      return "DTRUN_AUTH answered with unknown status " + std::to_string(status);
+    }
+  } catch (const StoreAuthError&) {
+    throw;
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 int TcpStore::detachSocket() {
@@ -521,6 +551,19 @@ void TcpStore::lease(milliseconds quiet) {
   auto word = static_cast<std::uint32_t>(std::clamp<long long>(quiet.count(), 0, UINT32_MAX));
   call(makeRequest(Op::kLease, {}, {}, 0, word), "lease");
   stateful_ = word != 0;
+}
+
+std::string TcpStore::writerOf(const std::string& k) {
+  try {
+    return writer(k);
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
+std::string TcpStore::writer(const std::string& k) {
+  std::lock_guard lock(mutex_);
+  return std::move(call(makeRequest(Op::kWriter, {key(k)}), "writer of " + key(k)).values.at(0));
 }
 
 Bytes TcpStore::waitChange(const std::string& k, const Bytes& old, milliseconds timeout) {

@@ -35,6 +35,13 @@ class MaybeAppliedError : public ConnectionError {
   using ConnectionError::ConnectionError;
 };
 
+/// The store refused this client's shared secret, or has none while this client has one
+/// (docs/store.md, "Shared secret"). Not a ConnectionError: retrying cannot help.
+class StoreAuthError : public Error {
+ public:
+  using Error::Error;
+};
+
 struct TcpStoreOptions {
   std::string host = "127.0.0.1";
   std::uint16_t port = 0;
@@ -44,6 +51,9 @@ struct TcpStoreOptions {
   std::chrono::milliseconds timeout = std::chrono::seconds(300);
   std::string keyPrefix = "/";  ///< torch's client prefixes every key with "/"
   wire::Limits limits;          ///< bounds on what the server may send back
+  /// The store's shared secret, presented (DTRUN_AUTH) on every connection before any other
+  /// request; empty: none. Only dtrun's server knows DTRUN_AUTH.
+  std::string token;
 };
 
 class TcpStore : public Store {
@@ -70,6 +80,8 @@ class TcpStore : public Store {
   /// dtrun's server only (DTRUN_WAIT_CHANGE, opcode >= 128).
   Bytes waitChange(const std::string& key, const Bytes& old,
                    std::chrono::milliseconds timeout) override;
+  /// writer(key), or "" when it fails (torch's server has no DTRUN_WRITER).
+  std::string writerOf(const std::string& key) override;
 
   // Torch 2.x operations beyond the Store interface (ProtocolError in 1.13 mode).
   /// Round trip with a nonce; throws when the echo differs.
@@ -91,6 +103,10 @@ class TcpStore : public Store {
   /// the caller then pings more often than that.
   void lease(std::chrono::milliseconds quiet);
 
+  /// The address ("host:port") of the client that last wrote `key`, as the server saw it; empty
+  /// when unknown. The server records writers of protected keys only (docs/store.md).
+  std::string writer(const std::string& key);
+
   /// Gives the connected (and, for torch 2.x, validated) socket to the caller, who owns it and
   /// speaks on it from then on; this client holds no connection afterwards. Connects first when
   /// needed (blocking, up to the connect timeout).
@@ -108,6 +124,9 @@ class TcpStore : public Store {
   using Clock = std::chrono::steady_clock;
 
   void connect();
+  /// The handshake on a new connection: VALIDATE + PING (torch 2.x), then DTRUN_AUTH when a
+  /// token is set. Returns why it failed ("" when it did not); StoreAuthError when refused.
+  std::string handshake(Clock::time_point until);
   void ensureConnected();
   void disconnect();
   /// One request and its reply (if it has one), with the reconnect rule above.

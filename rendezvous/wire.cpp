@@ -20,6 +20,7 @@ enum class Layout : std::uint8_t {
   kKeyNumber,     // ADD, BARRIER, ADD_ON_CLOSE
   kKeyList,       // CHECK, WAIT, MULTI_GET
   kKeyValueList,  // MULTI_SET
+  kValue,         // DTRUN_AUTH (a value, not a key: values never reach the logs)
 };
 
 struct OpInfo {
@@ -33,7 +34,7 @@ constexpr int kDtrunBase = 128;
 
 // Indexed by Op. Sources: 1.13 TCPStore.cpp (anonymous-namespace QueryType) and newest
 // TCPStoreBackend.hpp (torch/csrc/distributed/c10d/); both checked against real servers.
-constexpr std::array<OpInfo, 23> kOps = {{
+constexpr std::array<OpInfo, 25> kOps = {{
     {"VALIDATE", Layout::kWord, -1, 0},
     {"SET", Layout::kKeyValue, 0, 1},
     {"COMPARE_SET", Layout::kKeyTwoValues, 1, 2},
@@ -57,9 +58,11 @@ constexpr std::array<OpInfo, 23> kOps = {{
     {"DTRUN_ADD_ON_CLOSE", Layout::kKeyNumber, kDtrunBase + 0, kDtrunBase + 0},
     {"DTRUN_WAIT_CHANGE", Layout::kKeyValue, kDtrunBase + 1, kDtrunBase + 1},
     {"DTRUN_LEASE", Layout::kWord, kDtrunBase + 2, kDtrunBase + 2},
+    {"DTRUN_AUTH", Layout::kValue, kDtrunBase + 3, kDtrunBase + 3},
+    {"DTRUN_WRITER", Layout::kKey, kDtrunBase + 4, kDtrunBase + 4},
 }};
 
-static_assert(kOps.size() == static_cast<std::size_t>(Op::kLease) + 1, "kOps covers every Op");
+static_assert(kOps.size() == static_cast<std::size_t>(Op::kWriter) + 1, "kOps covers every Op");
 
 const OpInfo& info(Op op) { return kOps[static_cast<std::size_t>(op)]; }
 
@@ -96,7 +99,7 @@ namespace {
 using detail::Program;
 
 // Request arguments by Layout (in Layout's order).
-constexpr std::array<Program, 8> kRequestPrograms = {{
+constexpr std::array<Program, 9> kRequestPrograms = {{
     {{}, 0, {}, 0},                                           // kNone
     {{Field::kWord}, 1, {}, 0},                               // kWord
     {{Field::kKey}, 1, {}, 0},                                // kKey
@@ -105,6 +108,7 @@ constexpr std::array<Program, 8> kRequestPrograms = {{
     {{Field::kKey, Field::kNumber}, 2, {}, 0},                // kKeyNumber
     {{Field::kCount}, 1, {Field::kKey}, 1},                   // kKeyList
     {{Field::kCount}, 1, {Field::kKey, Field::kValue}, 2},    // kKeyValueList
+    {{Field::kValue}, 1, {}, 0},                              // kValue
 }};
 
 constexpr Program kNoReply = {{}, 0, {}, 0};
@@ -132,6 +136,7 @@ const Program& replyProgram(Op op) {
     case Op::kWaitChange:
     case Op::kCancelWait:
     case Op::kWatchKey:
+    case Op::kAuth:
       return kStatusReply;
     case Op::kPing:
       return kWordReply;
@@ -142,6 +147,7 @@ const Program& replyProgram(Op op) {
       return kNumberReply;
     case Op::kGet:
     case Op::kCompareSet:
+    case Op::kWriter:
       return kValueReply;
     case Op::kMultiGet:
       return kValuesReply;
@@ -526,6 +532,10 @@ void encodeRequest(Dialect dialect, const Request& req, std::string* out) {
         appendBytes(out, req.keys[i]);
         appendBytes(out, req.values[i]);
       }
+      break;
+    case Layout::kValue:
+      need(0, 1);
+      appendBytes(out, req.values[0]);
       break;
   }
 }

@@ -53,6 +53,8 @@ enum class Op : std::uint8_t {
   kAddOnClose,  // key, i64 delta: when this connection closes, add delta to key (membership)
   kWaitChange,  // key, bytes: wait until key's value differs from bytes (absent: keep waiting)
   kLease,       // u32 ms: the server closes this connection when it sends nothing for that long
+  kAuth,        // bytes: the shared secret (docs/store.md, "Shared secret"); u8 reply
+  kWriter,      // key: the address of the client that last wrote key (protected keys only)
 };
 
 constexpr std::uint32_t kValidationMagic = 0x3C85F7CE;
@@ -61,6 +63,10 @@ constexpr std::uint8_t kCheckReady = 0;
 constexpr std::uint8_t kCheckNotReady = 1;
 constexpr std::uint8_t kStopWaiting = 0;
 constexpr std::uint8_t kWaitCanceled = 1;
+// DTRUN_AUTH's reply.
+constexpr std::uint8_t kAuthAccepted = 0;
+constexpr std::uint8_t kAuthRefused = 1;      // wrong token; the server then closes the connection
+constexpr std::uint8_t kAuthNotRequired = 2;  // the server has no token
 
 /// Bounds checked before any allocation; a request past them is a bad frame.
 struct Limits {
@@ -224,10 +230,11 @@ const char* opName(Op op);
 // Replies. The server appends them with the encode*Reply functions; a client decodes the reply
 // to one request with decodeReply. Layouts (torch/csrc/distributed/c10d/TCPStoreBackend.cpp):
 //   none:   VALIDATE SET APPEND MULTI_SET QUEUE_PUSH DTRUN_ADD_ON_CLOSE DTRUN_LEASE
-//   u8:     CHECK (ready/not ready), WAIT BARRIER DTRUN_WAIT_CHANGE (STOP_WAITING), CANCEL_WAIT
+//   u8:     CHECK (ready/not ready), WAIT BARRIER DTRUN_WAIT_CHANGE (STOP_WAITING), CANCEL_WAIT,
+//           DTRUN_AUTH (accepted, refused, not required)
 //   u32:    PING (the nonce)
 //   i64:    ADD GETNUMKEYS DELETE_KEY (1/0) QUEUE_LEN
-//   bytes:  GET COMPARE_SET; MULTI_GET: one per key
+//   bytes:  GET COMPARE_SET DTRUN_WRITER; MULTI_GET: one per key
 //   QUEUE_POP: i64 length before the pop, then bytes when it was > 0
 //   LIST_KEYS: i64 count, then that many bytes
 

@@ -18,6 +18,8 @@
 #include "common/error.h"
 #include "rendezvous/in_memory_store.h"
 #include "rendezvous/prefix_store.h"
+#include "rendezvous/tcp_store.h"
+#include "tests/rendezvous/store_test_util.h"
 #include "tests/support/test_support.h"
 
 using namespace dtrun::rendezvous;
@@ -586,6 +588,26 @@ TEST_CASE("rendezvous: junk in the rendezvous' own keys is an error naming the k
                          Catch::Matchers::Contains("\"junk\\nmore\"") &&
                          Catch::Matchers::Contains("not a number"));
   }
+}
+
+TEST_CASE("rendezvous: over dtrun's store, the error about junk names the client that wrote it",
+          "[rdzv][hostile]") {
+  using namespace dtrun::rendezvous::test;
+  ServerThread server(loopbackOptions(), quietLogger());
+  RawConn stranger(server.port());
+  stranger.send(validateFrame() +
+                frame2(dtrun::rendezvous::wire::Op::kSet, {"/dtrun/job/r0/closed"}, {"junk"}) +
+                frame2(dtrun::rendezvous::wire::Op::kPing, {}, {}, 0, 9));
+  REQUIRE(stranger.recvU32() == 9);
+  dtrun::rendezvous::TcpStoreOptions o;
+  o.port = server.port();
+  o.connectTimeout = 20s;
+  o.timeout = 20s;
+  auto node = makeNode(std::make_shared<dtrun::rendezvous::TcpStore>(o), 0, 1, settings(1, 1), 0);
+  CHECK_THROWS_WITH(node.rdzv->join(),
+                    Catch::Matchers::Contains("r0/closed") &&
+                        Catch::Matchers::Contains("not a number") &&
+                        Catch::Matchers::Contains("written by " + stranger.localAddress()));
 }
 
 TEST_CASE("rendezvous: a round counter moved by a stranger is refused, not joined",

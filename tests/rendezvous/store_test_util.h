@@ -189,6 +189,14 @@ class RawConn {
 
   void shutdownWrite() { ::shutdown(fd_, SHUT_WR); }
 
+  /// "127.0.0.1:<this end's port>": how the server names this client.
+  std::string localAddress() const {
+    sockaddr_in addr{};
+    socklen_t len = sizeof(addr);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    return "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  }
+
   /// Exactly `n` bytes; throws when the deadline passes or the peer closes first.
   std::string recv(std::size_t n, std::chrono::milliseconds timeout = 20s) {
     std::string out;

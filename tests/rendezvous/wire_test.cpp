@@ -120,6 +120,8 @@ std::vector<Golden> goldens() {
        "80 " + k + "FF FF FF FF FF FF FF FF"},
       {Op::kWaitChange, {"k"}, {"v"}, 0, 0, "81 " + k + v, "81 " + k + v},
       {Op::kLease, {}, {}, 0, 1500, "82 DC 05 00 00", "82 DC 05 00 00"},
+      {Op::kAuth, {}, {"v"}, 0, 0, "83 " + v, "83 " + v},
+      {Op::kWriter, {"k"}, {}, 0, 0, "84 " + k, "84 " + k},
   };
 }
 
@@ -312,14 +314,16 @@ TEST_CASE("wire: the opcode tables are exactly torch's, plus dtrun's from 128", 
       CHECK(opcodeOf(Dialect::kTorch2, *op) == code);
     }
   }
-  CHECK(known113 == std::set<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 128, 129, 130});
-  CHECK(known2 == std::set<int>{0,  1,  2,  3,  4,  5,  6,  7,  8,   9,   10,
-                                11, 12, 13, 14, 15, 16, 17, 18, 128, 129, 130});
+  CHECK(known113 == std::set<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 128, 129, 130, 131, 132});
+  CHECK(known2 == std::set<int>{0,  1,  2,  3,  4,  5,  6,  7,   8,   9,   10,  11,
+                                12, 13, 14, 15, 16, 17, 18, 128, 129, 130, 131, 132});
   CHECK(opOf(Dialect::kTorch113, 7) == Op::kWatchKey);
   CHECK(opOf(Dialect::kTorch2, 7) == Op::kNumKeys);
   CHECK(std::string(opName(Op::kCompareSet)) == "COMPARE_SET");
   CHECK(std::string(opName(Op::kNumKeys)) == "GETNUMKEYS");
   CHECK(std::string(opName(Op::kLease)) == "DTRUN_LEASE");
+  CHECK(std::string(opName(Op::kAuth)) == "DTRUN_AUTH");
+  CHECK(std::string(opName(Op::kWriter)) == "DTRUN_WRITER");
 }
 
 TEST_CASE("wire: unknown opcodes are bad frames in either table", "[store][wire]") {
@@ -463,6 +467,8 @@ std::vector<GoldenReply> goldenReplies() {
       {req(Op::kQueuePop, {"k"}), L1 + L1 + "76", reply(0, 0, 1, {"v"})},
       {req(Op::kQueuePop, {"k"}), L0, reply(0, 0, 0, {})},
       {req(Op::kListKeys), L2 + L1 + "61 " + L1 + "62", reply(0, 0, 2, {"a", "b"})},
+      {req(Op::kAuth), "01", reply(kAuthRefused, 0, 0, {})},
+      {req(Op::kWriter, {"k"}), L1 + "76", reply(0, 0, 0, {"v"})},
   };
 }
 
