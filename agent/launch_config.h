@@ -46,6 +46,8 @@ struct RendezvousConfig {
   std::chrono::milliseconds storeTimeout = std::chrono::seconds(600);
   std::optional<bool> isHost;  ///< rdzv-conf is_host; unset = decide from the endpoint host
   std::map<std::string, std::string> conf;  ///< every --rdzv-conf key as given
+  /// The store's shared secret (--rdzv-conf token_file, or DTRUN_RDZV_TOKEN_FILE); empty: none.
+  std::string token;
   // Static backend (torchrun's legacy mode).
   int nodeRank = 0;
   std::string masterAddr = "127.0.0.1";

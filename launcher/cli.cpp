@@ -14,6 +14,8 @@
 #include <optional>
 #include <random>
 
+#include "launcher/store_command.h"
+
 namespace dtrun::launcher {
 namespace {
 
@@ -59,8 +61,10 @@ constexpr std::array<OptionSpec, 41> kOptions{{
      "Additional rendezvous configuration KEY=VALUE,...: join_timeout (600), last_call_timeout "
      "(30), close_timeout (30), heartbeat_timeout (5), keep_alive_interval (5), "
      "keep_alive_max_attempt (3), read_timeout (60) in seconds, timeout (600: the static "
-     "backend's join timeout, as torch's), is_host (true/false). etcd: protocol (http/https), "
-     "cacert, cert, key (PEM files), user, password, quorum_timeout (60)."},
+     "backend's join timeout, as torch's), is_host (true/false), token_file (the store's shared "
+     "secret, also DTRUN_RDZV_TOKEN_FILE; docs/store.md), store_* (the hosted store's limits). "
+     "etcd: protocol (http/https), cacert, cert, key (PEM files), user, password, "
+     "quorum_timeout (60)."},
     {"standalone", "", OptionKind::kFlag, kRdzv, kPet,
      "Start a local standalone rendezvous (a c10d store on a free port). Useful for single-node, "
      "multi-worker jobs. --rdzv-backend, --rdzv-endpoint and --rdzv-id are then auto-assigned "
@@ -365,6 +369,34 @@ void resolveRendezvous(LaunchConfig& cfg, const ParsedOptions& t, const Invocati
   }
 }
 
+// The store's shared secret: --rdzv-conf token_file, else DTRUN_RDZV_TOKEN_FILE (docs/store.md,
+// "Shared secret"). Read now, so that a missing or unsafe file is a usage error before anything
+// starts.
+void resolveStoreToken(LaunchConfig& cfg, const Env& env) {
+  auto& r = cfg.rdzv;
+  std::string source = "--rdzv-conf token_file";
+  std::string path = confValue(r.conf, {"token_file"});
+  if (path.empty()) {
+    auto it = env.find("DTRUN_RDZV_TOKEN_FILE");
+    if (it == env.end() || it->second.empty()) return;
+    source = "DTRUN_RDZV_TOKEN_FILE";
+    path = it->second;
+  }
+  if (r.backend == "etcd") {
+    // etcd is the store there, and has its own authentication.
+    if (source == "DTRUN_RDZV_TOKEN_FILE") {
+      cfg.warnings.push_back(source +
+                             " is ignored by the etcd backend, which has no dtrun store: "
+                             "etcd has its own authentication (--rdzv-conf user=,password=)");
+      return;
+    }
+    throw UsageError(source +
+                     ": the etcd backend has no dtrun store to guard; etcd has its own "
+                     "authentication (--rdzv-conf user=...,password=...) and TLS");
+  }
+  r.token = readToken(source, path);
+}
+
 // Restarts, monitoring, role, signals and shutdown.
 void resolveWorkers(LaunchConfig& cfg, const ParsedOptions& t, const Env& env) {
   if (const auto* g = t.value("max_restarts")) {
@@ -603,6 +635,7 @@ LaunchConfig resolveLaunchConfig(const ParsedOptions& t, const Env& env, const H
                                          env, onlineCpus(host));
   }
   resolveRendezvous(cfg, t, rules);
+  resolveStoreToken(cfg, env);
   resolveWorkers(cfg, t, env);
   resolveEntrypoint(cfg, t, env);
   cfg.scriptArgs.insert(cfg.scriptArgs.begin(), rules.scriptArgsPrefix.begin(),

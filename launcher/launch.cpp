@@ -214,6 +214,7 @@ int runLaunch(const agent::LaunchConfig& parsedConfig, const std::vector<int>& u
     rendezvous::StoreServerOptions options;
     options.host = storeBindHost;
     options.port = storePort;
+    options.token = rdzv.token;
     for (const auto& [key, value] : rdzv.conf) {
       applyStoreConfKey(options, "--rdzv-conf " + key, key, value);  // checked when parsed
     }
@@ -242,6 +243,7 @@ int runLaunch(const agent::LaunchConfig& parsedConfig, const std::vector<int>& u
   jc.store.port = storePort;
   jc.store.connectTimeout = joinTimeout;
   jc.store.timeout = rdzv.readTimeout;
+  jc.store.token = rdzv.token;
   jc.runId = rdzv.runId;
   jc.me.host = fullyQualifiedHostName();
   jc.me.addr = rdzv.localAddr.empty() ? jc.me.host : rdzv.localAddr;

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "common/secret_file.h"
 #include "launcher/args.h"
 #include "launcher/logging.h"
 #include "launcher/option_parser.h"
@@ -17,7 +18,7 @@ namespace {
 constexpr const char* kLimits = "limits (docs/store.md)";
 
 // Sizes take binary units (64K, 8M, 2G); the defaults are StoreServerOptions'.
-constexpr std::array<OptionSpec, 14> kStoreOptions{{
+constexpr std::array<OptionSpec, 15> kStoreOptions{{
     {"help", "-h", OptionKind::kHelp, "", "", "show this help message and exit"},
     {"host", "", OptionKind::kValue, "", "",
      "Address or name to bind; \"::\" listens on IPv6 and IPv4. (default: 0.0.0.0)"},
@@ -50,6 +51,11 @@ constexpr std::array<OptionSpec, 14> kStoreOptions{{
      "N"},
     {"backlog", "", OptionKind::kValue, "", "",
      "Listen backlog (the kernel caps it at net.core.somaxconn). (default: 16384)", "N"},
+    {"token_file", "", OptionKind::kValue, "", "DTRUN_RDZV_TOKEN_FILE",
+     "File holding the store's shared secret (at least 16 bytes, mode 0600). Clients that present "
+     "it reach every key; others reach all but the rendezvous' keys under /dtrun/, which torch "
+     "workers never use (docs/store.md, \"Shared secret\"). (default: none)",
+     "PATH"},
     {"log_level", "", OptionKind::kValue, "", "DTRUN_LOG_LEVEL",
      "trace, debug, info, warn, error, critical or off. (default: info)", "LEVEL"},
     {"warning_burst", "", OptionKind::kValue, "", "",
@@ -91,6 +97,7 @@ StoreArgs parse(const std::vector<std::string>& args,
                            "max_reply_size", "memory_quota", "frame_timeout", "max_connections"}) {
     if (const auto* g = p.value(dest)) applyStoreConfKey(a.server, g->source, dest, g->value);
   }
+  if (const auto* g = p.value("token_file")) a.server.token = readToken(g->source, g->value);
   if (auto backlog = p.integer("backlog", 1, 1 << 30))
     a.server.backlog = static_cast<int>(*backlog);
   if (auto burst = p.integer("warning_burst", 1, 1 << 20)) {
@@ -137,6 +144,14 @@ bool applyStoreConfKey(rendezvous::StoreServerOptions& o, const std::string& lab
     return false;
   }
   return true;
+}
+
+std::string readToken(const std::string& source, const std::string& path) {
+  try {
+    return readSecretFile(path, source);
+  } catch (const ConfigError& e) {
+    throw UsageError(e.what());
+  }
 }
 
 int runStoreCommand(const std::vector<std::string>& argv,

@@ -22,4 +22,9 @@ int runStoreCommand(const std::vector<std::string>& args,
 bool applyStoreConfKey(rendezvous::StoreServerOptions& options, const std::string& label,
                        const std::string& key, const std::string& value);
 
+/// The store's shared secret, read from the file at `path` (docs/store.md, "Shared secret");
+/// UsageError naming `source` (the option or environment variable that gave the path) when the
+/// file is missing, unsafe or too short.
+std::string readToken(const std::string& source, const std::string& path);
+
 }  // namespace dtrun::launcher

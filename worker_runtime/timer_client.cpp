@@ -172,9 +172,8 @@ void TimerClient::send(const std::string& json) const {
 TimerScope::TimerScope(std::string scope, std::chrono::duration<double> d)
     : TimerScope(processClient(), std::move(scope), d) {}
 
-TimerScope::TimerScope(std::chrono::duration<double> d, std::source_location where)
-    : TimerScope(processClient(),
-                 std::string(where.file_name()) + "#" + std::to_string(where.line()), d) {}
+TimerScope::TimerScope(std::chrono::duration<double> d, const char* file, int line)
+    : TimerScope(processClient(), std::string(file) + "#" + std::to_string(line), d) {}
 
 TimerScope::TimerScope(const TimerClient& client, std::string scope,
                        std::chrono::duration<double> d)

@@ -3,9 +3,13 @@
 // serving its other clients and its contents as they were; the job must finish with exit code 0,
 // so a store that died of a client (bad_alloc, abort) would end the job and fail the test. Also:
 // a single-node run with an explicit endpoint port listens on loopback only.
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <csignal>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "common/free_port.h"
 #include "tests/e2e/e2e_support.h"
@@ -86,6 +90,30 @@ TEST_CASE("hostile clients against the store an agent hosts while a job runs",
   REQUIRE(exit);
   CHECK(exit->exited());
   CHECK(exit->code == 0);
+}
+
+TEST_CASE("`dtrun store --token-file`: an unsafe or missing file is a one-line usage error",
+          "[e2e][store][token]") {
+  test::TempDir tmp;
+  const std::string open = (tmp.path() / "open").string();
+  test::writeFile(open, "0123456789abcdef-secret\n");
+  ::chmod(open.c_str(), 0644);
+  for (const auto& [args, env, culprit] :
+       std::vector<std::tuple<std::vector<std::string>, std::string, std::string>>{
+           {{"store", "--port=0", "--token-file=" + open}, "", "--token-file " + open},
+           {{"store", "--port=0"}, (tmp.path() / "missing").string(), "DTRUN_RDZV_TOKEN_FILE"}}) {
+    std::map<std::string, std::optional<std::string>> vars;
+    if (!env.empty()) vars["DTRUN_RDZV_TOKEN_FILE"] = env;
+    Launch store(args, tmp.path(), vars);
+    auto exit = store.wait();
+    REQUIRE(exit);
+    CHECK(exit->code == 2);
+    const std::string err = store.err();
+    INFO("stderr: " << err);
+    // argparse's shape: the usage line, then one line that names the culprit.
+    CHECK_THAT(err, Contains("dtrun store: error: " + culprit));
+    CHECK(std::count(err.begin(), err.end(), '\n') == 2);
+  }
 }
 
 TEST_CASE("a single-node run with an explicit endpoint port listens on loopback only",

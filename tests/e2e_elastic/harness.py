@@ -168,11 +168,11 @@ class Job:
 
     # --- processes -------------------------------------------------------------------------
 
-    def start_store(self):
-        """A separate `dtrun store --port 0`; returns "127.0.0.1:<port>"."""
+    def start_store(self, extra=()):
+        """A separate `dtrun store --port 0` (plus `extra` options); returns "127.0.0.1:<port>"."""
         out = open(self.dir / "store.out", "w+")
         self.store_proc = subprocess.Popen(
-            [self.dtrun, "store", "--host", "127.0.0.1", "--port", "0"], stdout=out,
+            [self.dtrun, "store", "--host", "127.0.0.1", "--port", "0", *extra], stdout=out,
             stderr=open(self.dir / "store.err", "w"), preexec_fn=_die_with_parent)
 
         def addr():

@@ -12,10 +12,16 @@ agent_killed   --nnodes 1:2; a whole agent is SIGKILLed after step 20: the survi
                with the same world-size schedule (4 up to the resumed checkpoint, then 2), and
                the fault-free world-size-4 run to 1e-9 relative (the example's loss makes the
                math independent of the world size; only float rounding differs).
+token          the store (`dtrun store --token-file`) and both agents share a secret: the job
+               trains to the end with world size 4 and no restart while a stranger, a plain
+               torch TCPStore client, tries to move the round counter, read and forge the
+               rendezvous' keys (each refused: its connection is closed), and still reaches
+               keys of its own; an agent with another token is refused at once, by name.
 Needs torch importable by this interpreter (Debian's python3-torch under /usr/bin/python3);
 exits 77 otherwise.
 """
 import json
+import os
 import sys
 
 import harness
@@ -176,7 +182,74 @@ def agent_killed(job):
     log(f"final model identical to a fault-free run with world size 4 for {k} steps, then 2")
 
 
-CASES = {"worker_killed": worker_killed, "agent_killed": agent_killed}
+def _token_file(path, text):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, text.encode() + b"\n")
+    os.close(fd)
+    return path
+
+
+def _stranger(addr, what, action):
+    """Runs `action` on a fresh torch TCPStore client; returns the error it raised, or None."""
+    import datetime
+    import torch.distributed as dist
+    host, port = addr.rsplit(":", 1)
+    client = dist.TCPStore(host, int(port), is_master=False,
+                           timeout=datetime.timedelta(seconds=10))
+    try:
+        action(client)
+    except (RuntimeError, ValueError) as e:  # torch raises RuntimeError on a closed connection
+        log(f"stranger: {what}: refused ({str(e).splitlines()[0][:100]})")
+        return e
+    return None
+
+
+def token(job):
+    _torch()
+    secret = _token_file(job.dir / "token", "job-secret-" + os.urandom(12).hex())
+    wrong = _token_file(job.dir / "wrong", "not-the-secret-" + os.urandom(12).hex())
+    addr = job.start_store(extra=["--token-file", str(secret)])
+    ckpt = job.dir / "ckpt"
+    conf = {"token_file": str(secret)}
+    agents = [job.start_agent(2, nproc=2, conf=conf,
+                              program=_program(ckpt, steps=STEPS, sleep=0.2))
+              for _ in range(2)]
+    poll(lambda: len([e for e in _progress(ckpt) if e["event"] == "started"]) >= 4, 120,
+         "four workers training")
+    prefix = f"dtrun/{job.run_id}/"
+    check(_stranger(addr, "ADD on the round counter",
+                    lambda c: (c.add(prefix + "round", 1), c.get("anything"))) is not None,
+          "a stranger moved the round counter")
+    check(_stranger(addr, "GET of the round counter", lambda c: c.get(prefix + "round"))
+          is not None, "a stranger read a rendezvous key")
+    check(_stranger(addr, "SET of a node's description",
+                    lambda c: (c.set(prefix + "r0/node0", "{junk"), c.get("anything")))
+          is not None, "a stranger wrote a rendezvous key")
+    check(_stranger(addr, "its own keys",
+                    lambda c: (c.set("stranger/key", "v"),
+                               check(c.get("stranger/key") == b"v", "own key lost"))) is None,
+          "a torch client without the token could not use keys of its own")
+    # An agent with another token: refused at the first connection, by name, and it stops.
+    intruder = job.start_agent(2, nproc=2, conf={"token_file": str(wrong)},
+                               program=_program(job.dir / "intruder", steps=1))
+    rc = intruder.wait(60)
+    check(rc != 0, "an agent with the wrong token joined")
+    check("refused this client's token" in intruder.stderr(),
+          f"the refused agent does not say why:\n{intruder.stderr()[-2000:]}")
+    for a in agents:
+        rc = a.wait(240)
+        check(rc == 0, f"agent {a.index} exited {rc}:\n{a.stderr()[-3000:]}")
+    final = _final(ckpt)
+    check(final["worlds"] == [4] * STEPS, f"world sizes per step: {final['worlds']}")
+    rounds = sorted({e["restart_count"] for e in _progress(ckpt)})
+    check(rounds == [0], f"the job restarted (rounds {rounds}): a stranger moved it")
+    store_err = (job.dir / "store.err").read_text()
+    check("need the store's token" in store_err and "closing connection from 127.0.0.1:"
+          in store_err, f"the store did not log the refusals:\n{store_err[-2000:]}")
+    log("job finished with world size 4 and no restart; every stranger's request refused")
+
+
+CASES = {"worker_killed": worker_killed, "agent_killed": agent_killed, "token": token}
 
 if __name__ == "__main__":
     sys.exit(harness.run(CASES))

@@ -5,6 +5,8 @@
 // below came from its parser); dtrun follows newest torchrun where the two differ.
 #include "launcher/cli.h"
 
+#include <sys/stat.h>
+
 #include <catch2/catch.hpp>
 #include <csignal>
 #include <fstream>
@@ -12,6 +14,7 @@
 #include <regex>
 #include <sstream>
 
+#include "common/file_util.h"
 #include "tests/support/fake_devices.h"
 #include "tests/support/test_support.h"
 
@@ -1173,4 +1176,50 @@ TEST_CASE("hang options: torchrun's file-timer variables, stalls, stacks", "[lau
   REQUIRE(lonely.warnings.size() == 1);
   CHECK_THAT(lonely.warnings[0], Contains("--dump-stacks does nothing"));
   CHECK(parse({"--dump-stacks", "--stall-timeout", "60", "train.py"}).warnings.empty());
+}
+
+TEST_CASE("rdzv-conf token_file, or DTRUN_RDZV_TOKEN_FILE: the store's secret, read up front",
+          "[launcher][cli]") {
+  dtrun::test::TempDir dir;
+  const std::string good = (dir.path() / "token").string();
+  dtrun::writeWholeFile(good, "0123456789abcdef-secret\n", 0600, "token");
+  const std::string other = (dir.path() / "other").string();
+  dtrun::writeWholeFile(other, "fedcba9876543210-other\n", 0600, "token");
+  const Args endpoint = {"--nnodes=2", "--rdzv-endpoint=127.0.0.1:29400"};
+  auto args = [&](Args extra) {
+    Args a = endpoint;
+    a.insert(a.end(), extra.begin(), extra.end());
+    a.push_back("train.py");
+    return a;
+  };
+  CHECK(parse(args({"--rdzv-conf=token_file=" + good})).rdzv.token == "0123456789abcdef-secret");
+  CHECK(parse(args({}), {{"DTRUN_RDZV_TOKEN_FILE", good}}).rdzv.token == "0123456789abcdef-secret");
+  // The option wins over the variable; no token at all by default.
+  CHECK(parse(args({"--rdzv-conf=token_file=" + other}), {{"DTRUN_RDZV_TOKEN_FILE", good}})
+            .rdzv.token == "fedcba9876543210-other");
+  CHECK(parse(args({})).rdzv.token.empty());
+  // The static backend's store takes it too.
+  CHECK(parse({"--nnodes=2", "--node-rank=0", "--master-addr=127.0.0.1", "--master-port=29500",
+               "--rdzv-backend=static", "--rdzv-conf=token_file=" + good, "train.py"})
+            .rdzv.token == "0123456789abcdef-secret");
+
+  // Bad files are usage errors naming where the path came from.
+  CHECK_THAT(usageError(args({"--rdzv-conf=token_file=" + good + ".missing"})),
+             Contains("--rdzv-conf token_file " + good + ".missing"));
+  CHECK_THAT(usageError(args({}), {{"DTRUN_RDZV_TOKEN_FILE", (dir.path() / "nope").string()}}),
+             Contains("DTRUN_RDZV_TOKEN_FILE"));
+  ::chmod(other.c_str(), 0644);
+  CHECK_THAT(usageError(args({"--rdzv-conf=token_file=" + other})), Contains("chmod 600"));
+  CHECK_THAT(usageError(args({"--rdzv-conf=token_file="})), Contains("token_file"));
+  // etcd has its own authentication: the option is an error there, the variable is ignored.
+  const Args etcd = {"--nnodes=2", "--rdzv-backend=etcd", "--rdzv-endpoint=127.0.0.1:2379"};
+  Args withConf = etcd;
+  withConf.push_back("--rdzv-conf=token_file=" + good);
+  withConf.push_back("train.py");
+  CHECK_THAT(usageError(withConf), Contains("etcd has its own"));
+  Args plain = etcd;
+  plain.push_back("train.py");
+  auto cfg = parse(plain, {{"DTRUN_RDZV_TOKEN_FILE", good}});
+  CHECK(cfg.rdzv.token.empty());
+  CHECK_THAT(cfg.warnings.back(), Contains("ignored by the etcd backend"));
 }

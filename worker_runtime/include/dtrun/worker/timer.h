@@ -20,7 +20,6 @@
 #include <signal.h>
 
 #include <chrono>
-#include <source_location>
 #include <string>
 #include <string_view>
 
@@ -69,8 +68,10 @@ class TimerScope {
   /// SIGKILL (made once per process). Throws as TimerClient::fromEnvironment and acquire().
   TimerScope(std::string scope, std::chrono::duration<double> after);
   /// The same, named "<file>#<line>" after the caller, as torch names a scope it is not given.
-  explicit TimerScope(std::chrono::duration<double> after,
-                      std::source_location where = std::source_location::current());
+  /// (The caller's place comes from __builtin_FILE/__builtin_LINE, which GCC and Clang both
+  /// have: Clang 14 with libstdc++ 12 has no std::source_location.)
+  explicit TimerScope(std::chrono::duration<double> after, const char* file = __builtin_FILE(),
+                      int line = __builtin_LINE());
   /// Arms `scope` on `client`, which must outlive this object.
   TimerScope(const TimerClient& client, std::string scope, std::chrono::duration<double> after);
   /// Releases the scope. Never throws: a release that fails (the launcher is gone) is reported
