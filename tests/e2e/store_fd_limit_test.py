@@ -5,19 +5,19 @@ client hears "no" now instead of waiting in the kernel's queue), with a few warn
 one count instead of a line each; the connections it took stay served, and once they go it
 serves new clients again. The store never dies.
 
-  store_fd_limit_test.py --dtrun build/bin/dtrun          (exit 0 pass, 1 fail)
+  store_fd_limit_test.py --dtrun build/bin/dtrun --case fd_limit   (exit 0 pass, 1 fail)
 """
-import argparse
-import os
-import resource
 import select
 import signal
 import socket
 import struct
-import subprocess
 import sys
-import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e_elastic"))
+import harness  # noqa: E402
+from harness import check, log, poll  # noqa: E402
 
 LIMIT = 64
 CLIENTS = 150
@@ -25,24 +25,9 @@ DEADLINE_S = 20
 VALIDATE = b"\x00" + struct.pack("<I", 0x3C85F7CE)
 
 
-def ping(nonce):
-    return b"\x0d" + struct.pack("<I", nonce)  # torch 2.x PING
-
-
-def poll(cond, timeout, what):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
 def closed_by_peer(s):
     """True when the server closed `s` (EOF or reset); never blocks."""
-    r, _, _ = select.select([s], [], [], 0)
-    if not r:
+    if not select.select([s], [], [], 0)[0]:
         return False
     try:
         return s.recv(1, socket.MSG_PEEK) == b""
@@ -51,7 +36,8 @@ def closed_by_peer(s):
 
 
 def served(s, nonce):
-    s.sendall(VALIDATE + ping(nonce))
+    """A torch 2.x VALIDATE + PING on `s`: True when the nonce comes back."""
+    s.sendall(VALIDATE + b"\x0d" + struct.pack("<I", nonce))
     s.settimeout(DEADLINE_S)
     got = b""
     while len(got) < 4:
@@ -62,36 +48,16 @@ def served(s, nonce):
     return struct.unpack("<I", got)[0] == nonce
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dtrun", required=True)
-    args = ap.parse_args()
-    checks = 0
-
-    def check(cond, message):
-        nonlocal checks
-        checks += 1
-        if not cond:
-            raise AssertionError(message)
-
-    tmp = tempfile.mkdtemp(prefix="dtrun-fdlimit-")
-    out, err = open(os.path.join(tmp, "out"), "w+"), open(os.path.join(tmp, "err"), "w+")
-    limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (LIMIT, LIMIT))  # noqa: E731
-    store = subprocess.Popen([args.dtrun, "store", "--host", "127.0.0.1", "--port", "0"],
-                             stdout=out, stderr=err, preexec_fn=limit)
-    clients = []
+def fd_limit(job):
+    port = int(job.start_store(nofile=LIMIT).rsplit(":", 1)[1])
+    clients, started, refused_after = [], {}, {}
     try:
-        addr = poll(lambda: open(out.name).read().partition("\n")[0] or None, DEADLINE_S,
-                    "the store's address")
-        port = int(addr.rsplit(":", 1)[1])
-        started = {}
-        for i in range(CLIENTS):
+        for _ in range(CLIENTS):
             s = socket.create_connection(("127.0.0.1", port), timeout=DEADLINE_S)
             clients.append(s)
             started[s] = time.monotonic()
-        # Every client is either served or refused; the refused hear it at once.
-        refused_after = {}
 
+        # Every client is either served or refused; the refused hear it at once.
         def settled():
             for s in clients:
                 if s not in refused_after and closed_by_peer(s):
@@ -100,48 +66,35 @@ def main():
 
         poll(settled, DEADLINE_S, f"at least {CLIENTS - LIMIT} refusals")
         kept = [s for s in clients if s not in refused_after]
-        print(f"{len(refused_after)} of {CLIENTS} connections refused, {len(kept)} kept; "
-              f"slowest refusal {max(refused_after.values()) * 1000:.0f} ms after connect")
-        check(store.poll() is None, "the store died at its descriptor limit")
+        log(f"MEASURED {len(refused_after)} of {CLIENTS} connections refused, {len(kept)} kept; "
+            f"slowest refusal {max(refused_after.values()) * 1000:.0f} ms after connect")
+        check(job.store_proc.poll() is None, "the store died at its descriptor limit")
         check(0 < len(kept) < LIMIT, f"{len(kept)} connections kept with {LIMIT} descriptors")
         check(all(served(s, 100 + i) for i, s in enumerate(kept)),
               "a connection the store took is not served")
-        # Once they go, new clients are served again.
-        for s in clients:
-            s.close()
-        clients = []
-
-        def fresh():
-            with socket.create_connection(("127.0.0.1", port), timeout=DEADLINE_S) as s:
-                try:
-                    return served(s, 7)
-                except OSError:
-                    return False
-
-        poll(fresh, DEADLINE_S, "a new client served after the others left")
-        # One warning per refusal would be 86 lines; the limiter writes 5 and a count.
-        text = poll(lambda: (lambda t: t if "more in the last" in t else None)(
-            open(err.name).read()), DEADLINE_S, "the count of suppressed warnings")
-        lines = [ln for ln in text.splitlines() if "no file descriptors left" in ln]
-        print(f"warning lines naming the cause: {len(lines)}")
-        check(1 <= len(lines) <= 5, f"{len(lines)} warning lines for the refusals:\n{text}")
-        store.send_signal(signal.SIGTERM)
-        check(store.wait(DEADLINE_S) == 0, f"the store exited {store.returncode}")
     finally:
         for s in clients:
             s.close()
-        if store.poll() is None:
-            store.kill()
-            store.wait()
-    if checks == 0:
-        raise AssertionError("no check ran")
-    print(f"PASS ({checks} checks)")
-    return 0
+
+    # Once they go, new clients are served again.
+    def fresh():
+        with socket.create_connection(("127.0.0.1", port), timeout=DEADLINE_S) as s:
+            try:
+                return served(s, 7)
+            except OSError:
+                return False
+
+    poll(fresh, DEADLINE_S, "a new client served after the others left")
+    # One warning per refusal would be about 90 lines; the limiter writes 5 and a count.
+    err = job.dir / "store.err"
+    text = poll(lambda: (lambda t: t if "more in the last" in t else None)(err.read_text()),
+                DEADLINE_S, "the count of suppressed warnings")
+    lines = [ln for ln in text.splitlines() if "no file descriptors left" in ln]
+    log(f"warning lines naming the cause: {len(lines)}")
+    check(1 <= len(lines) <= 5, f"{len(lines)} warning lines for the refusals:\n{text}")
+    job.store_proc.send_signal(signal.SIGTERM)
+    check(job.store_proc.wait(DEADLINE_S) == 0, f"the store exited {job.store_proc.returncode}")
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except AssertionError as e:
-        print(f"FAIL: {e}", flush=True)
-        sys.exit(1)
+    sys.exit(harness.run({"fd_limit": fd_limit}))

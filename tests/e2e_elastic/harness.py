@@ -168,12 +168,20 @@ class Job:
 
     # --- processes -------------------------------------------------------------------------
 
-    def start_store(self, extra=()):
-        """A separate `dtrun store --port 0` (plus `extra` options); returns "127.0.0.1:<port>"."""
+    def start_store(self, extra=(), nofile=None):
+        """A separate `dtrun store --port 0` (plus `extra` options; `nofile`: its hard and soft
+        RLIMIT_NOFILE); returns "127.0.0.1:<port>"."""
         out = open(self.dir / "store.out", "w+")
+
+        def preexec():
+            if nofile is not None:
+                import resource
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+            _die_with_parent()
+
         self.store_proc = subprocess.Popen(
             [self.dtrun, "store", "--host", "127.0.0.1", "--port", "0", *extra], stdout=out,
-            stderr=open(self.dir / "store.err", "w"), preexec_fn=_die_with_parent)
+            stderr=open(self.dir / "store.err", "w"), preexec_fn=preexec)
 
         def addr():
             text = (self.dir / "store.out").read_text()

@@ -19,15 +19,13 @@ using namespace dtrun::rendezvous;
 using namespace dtrun::rendezvous::test;
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
-using wire::Dialect;
-using wire::Op;
 
 namespace {
 
 const std::string kToken = "0123456789abcdef-the-job's-secret";
 
 TcpStoreOptions client(std::uint16_t port, std::string token = {},
-                       Dialect dialect = Dialect::kTorch2) {
+                       wire::Dialect dialect = wire::Dialect::kTorch2) {
   TcpStoreOptions o;
   o.port = port;
   o.dialect = dialect;
@@ -84,7 +82,7 @@ TEST_CASE("token: without it a connection reaches the workers' keys and no rende
     // SET has no reply: the refusal shows as the connection closing.
     RawConn stranger(server.port());
     stranger.send(validateFrame() +
-                  frame2(Op::kSet, {"/" + dtrun::worker::abortKey(0)}, {"forged"}));
+                  frame2(wire::Op::kSet, {"/" + dtrun::worker::abortKey(0)}, {"forged"}));
     CHECK(stranger.closedByPeer());
   }
   {
@@ -104,7 +102,7 @@ TEST_CASE("token: a wrong token is refused at once, in either dialect, and nothi
           "[store][token]") {
   CapturedLog log;
   ServerThread server(withToken(kToken), log.logger());
-  for (Dialect d : {Dialect::kTorch2, Dialect::kTorch113}) {
+  for (wire::Dialect d : {wire::Dialect::kTorch2, wire::Dialect::kTorch113}) {
     // Refused on the first try: the error is StoreAuthError, not the ConnectionError that
     // retrying until the connect deadline would end with.
     try {
@@ -120,7 +118,7 @@ TEST_CASE("token: a wrong token is refused at once, in either dialect, and nothi
   }
   // In raw bytes: the refusal is one status byte, then the connection closes.
   RawConn raw(server.port());
-  raw.send(validateFrame() + frame2(Op::kAuth, {}, {"not the token at all"}));
+  raw.send(validateFrame() + frame2(wire::Op::kAuth, {}, {"not the token at all"}));
   CHECK(raw.recv(1) == std::string(1, static_cast<char>(wire::kAuthRefused)));
   CHECK(raw.closedByPeer());
   server.stop();
@@ -145,8 +143,8 @@ TEST_CASE("writer: the store names who last wrote a rendezvous key", "[store][to
   agent.set("worker/attempt_0/k", "v");
 
   RawConn stranger(server.port());
-  stranger.send(validateFrame() + frame2(Op::kSet, {"/dtrun/job/round"}, {"junk"}) +
-                frame2(Op::kPing, {}, {}, 0, 7));
+  stranger.send(validateFrame() + frame2(wire::Op::kSet, {"/dtrun/job/round"}, {"junk"}) +
+                frame2(wire::Op::kPing, {}, {}, 0, 7));
   REQUIRE(stranger.recvU32() == 7);  // the SET was served
   CHECK(agent.writer("dtrun/job/round") == stranger.localAddress());
   CHECK(agent.writerOf("dtrun/job/round") == stranger.localAddress());
@@ -168,20 +166,20 @@ TEST_CASE("token: StoreConnection without sockets: the protected prefix covers t
   wire::Limits limits;
   StoreConnection conn(core, 1, limits, 1 << 20, held, "10.0.0.9:5", kToken);
   CHECK_FALSE(conn.authenticated());
-  CHECK(conn.receive(wire::encodeFrame(Dialect::kTorch2, Op::kValidate, {}, {}, 0,
+  CHECK(conn.receive(wire::encodeFrame(wire::Dialect::kTorch2, wire::Op::kValidate, {}, {}, 0,
                                        wire::kValidationMagic))
             .empty());
   const std::string why =
-      conn.receive(wire::encodeFrame(Dialect::kTorch2, Op::kSet, {wireKey}, {"x"}));
+      conn.receive(wire::encodeFrame(wire::Dialect::kTorch2, wire::Op::kSet, {wireKey}, {"x"}));
   CHECK_THAT(why, Contains("need the store's token"));
   CHECK(core.find(wireKey) == nullptr);
 
   StoreConnection agent(core, 2, limits, 1 << 20, held, "10.0.0.9:6", kToken);
   CHECK(agent
-            .receive(wire::encodeFrame(Dialect::kTorch2, Op::kValidate, {}, {}, 0,
+            .receive(wire::encodeFrame(wire::Dialect::kTorch2, wire::Op::kValidate, {}, {}, 0,
                                        wire::kValidationMagic) +
-                     wire::encodeFrame(Dialect::kTorch2, Op::kAuth, {}, {kToken}) +
-                     wire::encodeFrame(Dialect::kTorch2, Op::kSet, {wireKey}, {"x"}))
+                     wire::encodeFrame(wire::Dialect::kTorch2, wire::Op::kAuth, {}, {kToken}) +
+                     wire::encodeFrame(wire::Dialect::kTorch2, wire::Op::kSet, {wireKey}, {"x"}))
             .empty());
   CHECK(agent.authenticated());
   CHECK(agent.takeOutput() == std::string(1, static_cast<char>(wire::kAuthAccepted)));
