@@ -2,7 +2,10 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -59,22 +62,45 @@ void closeAllBut(const int* keep, std::size_t nkeep) {
   closeRange(next, ~0U >> 1);
 }
 
-[[noreturn]] void childFail(int pipeFd, int err) {
-  while (::write(pipeFd, &err, sizeof(err)) < 0 && errno == EINTR) {
+// Where the child reports why it could not exec: a variable it shares with the parent (the
+// vfork-style path) or the close-on-exec pipe (fork).
+struct ChildReport {
+  volatile int* shared = nullptr;
+  int pipeFd = -1;
+};
+
+[[noreturn]] void childFail(const ChildReport& report, int err) {
+  if (report.shared) {
+    *report.shared = err;
+  } else {
+    while (::write(report.pipeFd, &err, sizeof(err)) < 0 && errno == EINTR) {
+    }
   }
   ::_exit(127);
 }
 
-// The child's side, between fork and exec: async-signal-safe calls only.
-// `keep`: the user's descriptors; `spare`: those plus the error pipe, sorted.
-[[noreturn]] void child(const SpawnSpec& spec, pid_t parent, const char* program, char* const* argv,
-                        char* const* envp, const std::vector<int>& keep,
-                        const std::vector<int>& spare, int pipeFd) {
-  if (spec.ownProcessGroup && ::setpgid(0, 0) != 0) childFail(pipeFd, errno);
+// What the child needs, all of it built by the parent (the child may not allocate).
+struct ChildArgs {
+  const SpawnSpec* spec;
+  pid_t parent;
+  const char* program;
+  char* const* argv;
+  char* const* envp;
+  const std::vector<int>* keep;
+  const std::vector<int>* spare;
+  ChildReport report;
+};
+
+// The child's side, between fork (or clone) and exec: system calls only, nothing that allocates,
+// takes a lock or writes memory the parent uses (with CLONE_VM it shares the parent's memory).
+// `keep`: the user's descriptors; `spare`: those plus the error pipe, if any, sorted.
+[[noreturn]] void child(const ChildArgs& a) {
+  const SpawnSpec& spec = *a.spec;
+  if (spec.ownProcessGroup && ::setpgid(0, 0) != 0) childFail(a.report, errno);
   if (spec.parentDeathSignal != 0) {
-    if (::prctl(PR_SET_PDEATHSIG, spec.parentDeathSignal) != 0) childFail(pipeFd, errno);
+    if (::prctl(PR_SET_PDEATHSIG, spec.parentDeathSignal) != 0) childFail(a.report, errno);
     // The parent may have died before prctl: then nobody would ever send the signal.
-    if (::getppid() != parent) ::_exit(128 + spec.parentDeathSignal);
+    if (::getppid() != a.parent) ::_exit(128 + spec.parentDeathSignal);
   }
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
@@ -91,25 +117,72 @@ void closeAllBut(const int* keep, std::size_t nkeep) {
   for (int t = 0; t < 3; ++t) {
     if (src[t] == kSpawnDevNull) {
       src[t] = ::open("/dev/null", t == 0 ? O_RDONLY : O_WRONLY);
-      if (src[t] < 0) childFail(pipeFd, errno);
+      if (src[t] < 0) childFail(a.report, errno);
     }
     if (src[t] >= 0 && src[t] < 3 && src[t] != t) {
       src[t] = ::fcntl(src[t], F_DUPFD, 3);
-      if (src[t] < 0) childFail(pipeFd, errno);
+      if (src[t] < 0) childFail(a.report, errno);
     }
   }
   for (int t = 0; t < 3; ++t) {
     if (src[t] < 0 || src[t] == t) continue;
-    if (::dup2(src[t], t) < 0) childFail(pipeFd, errno);
+    if (::dup2(src[t], t) < 0) childFail(a.report, errno);
   }
-  if (spec.cwd.size() && ::chdir(spec.cwd.c_str()) != 0) childFail(pipeFd, errno);
-  closeAllBut(spare.data(), spare.size());
-  for (int fd : keep) {
+  if (spec.cwd.size() && ::chdir(spec.cwd.c_str()) != 0) childFail(a.report, errno);
+  closeAllBut(a.spare->data(), a.spare->size());
+  for (int fd : *a.keep) {
     const int flags = ::fcntl(fd, F_GETFD);
     if (flags >= 0) ::fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC);
   }
-  ::execve(program, argv, envp);
-  childFail(pipeFd, errno);
+  ::execve(a.program, a.argv, a.envp);
+  childFail(a.report, errno);
+}
+
+int childEntry(void* args) { child(*static_cast<const ChildArgs*>(args)); }
+
+// Under AddressSanitizer or ThreadSanitizer the child would run their interceptors (sigaction,
+// open, ...) on runtime state it shares with the parent: those builds fork.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kShareMemory = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kShareMemory = false;
+#else
+constexpr bool kShareMemory = true;
+#endif
+#else
+constexpr bool kShareMemory = true;
+#endif
+
+// The vfork-style start (docs/design.md, "Starting processes"): clone(CLONE_VM | CLONE_VFORK)
+// copies no page tables and takes no copy-on-write faults, which fork does for every page the
+// agent touches afterwards; the calling thread waits until the child has exec'd or died. Every
+// signal is blocked around it, so no handler of the parent ever runs on the child's stack; the
+// child resets the handlers and unblocks before exec. Returns the pid; `err` is the child's
+// errno when it could not exec.
+pid_t cloneAndExec(ChildArgs& args, volatile int* err) {
+  constexpr std::size_t kStackBytes = 64 * 1024;
+  void* stack = ::mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (stack == MAP_FAILED) return -1;
+  sigset_t all, old;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_BLOCK, &all, &old);
+  args.report.shared = err;
+  const pid_t pid = ::clone(childEntry, static_cast<char*>(stack) + kStackBytes,
+                            CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
+  const int cloneErr = errno;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  ::munmap(stack, kStackBytes);
+  errno = cloneErr;
+  return pid;
+}
+
+// The child failed before or at exec and exits 127 at once: reap it, then say why.
+[[noreturn]] void reapAndThrow(pid_t pid, const std::string& program, int err) {
+  while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  throw SpawnError("cannot execute '" + program + "': " + std::strerror(err), err);
 }
 
 }  // namespace
@@ -120,7 +193,7 @@ int spawnProcess(const SpawnSpec& spec) {
   if (program.empty()) {
     throw SpawnError("'" + spec.argv[0] + "' not found in PATH", ENOENT);
   }
-  // Everything the child needs is built before fork: the child may not allocate.
+  // Everything the child needs is built before it starts: the child may not allocate.
   std::vector<char*> argv;
   for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -132,6 +205,19 @@ int spawnProcess(const SpawnSpec& spec) {
   std::vector<int> keep = spec.keepFds;
   std::sort(keep.begin(), keep.end());
   keep.erase(std::remove_if(keep.begin(), keep.end(), [](int fd) { return fd < 3; }), keep.end());
+  ChildArgs args{
+      &spec, ::getpid(), program.c_str(), argv.data(), spec.env ? envp.data() : environ, &keep,
+      &keep, {}};
+
+  if (kShareMemory) {
+    volatile int err = 0;
+    const pid_t pid = cloneAndExec(args, &err);
+    if (pid < 0) {
+      throw Error(std::string("cannot start ") + spec.argv[0] + ": clone: " + std::strerror(errno));
+    }
+    if (err != 0) reapAndThrow(pid, program, err);
+    return pid;
+  }
 
   int pipeFds[2];
   if (::pipe2(pipeFds, O_CLOEXEC) != 0) {
@@ -139,7 +225,8 @@ int spawnProcess(const SpawnSpec& spec) {
   }
   std::vector<int> spare = keep;
   spare.insert(std::upper_bound(spare.begin(), spare.end(), pipeFds[1]), pipeFds[1]);
-  const pid_t parent = ::getpid();
+  args.spare = &spare;
+  args.report.pipeFd = pipeFds[1];
   const pid_t pid = ::fork();
   if (pid < 0) {
     const int err = errno;
@@ -149,8 +236,7 @@ int spawnProcess(const SpawnSpec& spec) {
   }
   if (pid == 0) {
     ::close(pipeFds[0]);
-    child(spec, parent, program.c_str(), argv.data(), spec.env ? envp.data() : environ, keep, spare,
-          pipeFds[1]);
+    child(args);
   }
   ::close(pipeFds[1]);
   int err = 0;
@@ -159,11 +245,7 @@ int spawnProcess(const SpawnSpec& spec) {
   }
   ::close(pipeFds[0]);
   if (n == 0) return pid;  // the pipe closed on exec: the program runs
-  // The child failed before or at exec and exits 127 at once; reap it here.
-  while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-  }
-  if (n != static_cast<ssize_t>(sizeof(err))) err = EIO;
-  throw SpawnError("cannot execute '" + program + "': " + std::strerror(err), err);
+  reapAndThrow(pid, program, n == static_cast<ssize_t>(sizeof(err)) ? err : EIO);
 }
 
 std::vector<int> inheritedDescriptors() {

@@ -1,6 +1,7 @@
 // spawnProcess: the one way dtrun starts a program (workers, ssh to other hosts, scontrol).
 //
-// fork, then in the child only async-signal-safe calls: its own process group when asked (tini's
+// clone(CLONE_VM | CLONE_VFORK) (fork in sanitizer builds; docs/design.md, "Starting
+// processes"), then in the child only system calls: its own process group when asked (tini's
 // rule: a stop reaches the worker's whole tree), a parent-death signal with the check that closes
 // the race against a parent that died first, default signal dispositions and an empty mask (the
 // agent ignores SIGPIPE and Asio blocks and handles signals; both would survive exec), the three
@@ -49,8 +50,8 @@ class SpawnError : public Error {
 };
 
 /// Starts `spec` and returns the child's pid once the program is running (exec succeeded).
-/// Throws SpawnError when it could not be executed, Error when fork or pipe failed. The caller
-/// reaps the child. Blocks only for the fork and the exec; any thread.
+/// Throws SpawnError when it could not be executed, Error when clone, fork or pipe failed. The
+/// caller reaps the child. Blocks the calling thread until the child has exec'd; any thread.
 int spawnProcess(const SpawnSpec& spec);
 
 /// The descriptors this process has open besides 0, 1 and 2 that are not close-on-exec: what a
