@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <type_traits>
 #include <unordered_set>
 
 #include "common/error.h"
@@ -50,27 +51,27 @@ void StoreCore::admitChange(std::size_t oldBytes, std::size_t newBytes, const st
   if (newBytes > oldBytes) admit(newBytes - oldBytes, std::string(op) + " " + escapeForLog(key));
 }
 
-void StoreCore::set(const std::string& key, Bytes&& value) {
-  checkValue(key, value.size(), "SET");
+template <typename Value>
+void StoreCore::replace(const std::string& key, Value&& value, const char* op) {
+  checkValue(key, value.size(), op);
   auto it = map_.find(key);
   const std::size_t before = it == map_.end() ? 0 : entryBytes(key, it->second.size());
   const std::size_t after = entryBytes(key, value.size());
-  admitChange(before, after, key, "SET");
-  map_[key] = std::move(value);
+  admitChange(before, after, key, op);
+  if constexpr (std::is_rvalue_reference_v<Value&&>) {
+    map_[key] = std::move(value);
+  } else {
+    map_[key].assign(value);  // into the entry's own buffer: no allocation for a key set again
+  }
   record(before, after);
   wakeKey(key);
 }
 
-void StoreCore::set(const std::string& key, const Bytes& value) {
-  checkValue(key, value.size(), "SET");
-  auto it = map_.find(key);
-  const std::size_t before = it == map_.end() ? 0 : entryBytes(key, it->second.size());
-  const std::size_t after = entryBytes(key, value.size());
-  admitChange(before, after, key, "SET");
-  map_[key].assign(value);  // into the entry's own buffer: no allocation for a key set again
-  record(before, after);
-  wakeKey(key);
+void StoreCore::set(const std::string& key, Bytes&& value) {
+  replace(key, std::move(value), "SET");
 }
+
+void StoreCore::set(const std::string& key, const Bytes& value) { replace(key, value, "SET"); }
 
 const Bytes* StoreCore::find(const std::string& key) const {
   auto it = map_.find(key);
@@ -91,13 +92,7 @@ std::int64_t StoreCore::add(const std::string& key, std::int64_t delta) {
   if (__builtin_add_overflow(current, delta, &sum)) {
     throw StoreRefused("ADD on key " + escapeForLog(key) + " overflows 64 bits");
   }
-  std::string text = std::to_string(sum);
-  const std::size_t before = it == map_.end() ? 0 : entryBytes(key, it->second.size());
-  const std::size_t after = entryBytes(key, text.size());
-  admitChange(before, after, key, "ADD");
-  map_[key] = std::move(text);
-  record(before, after);
-  wakeKey(key);
+  replace(key, std::to_string(sum), "ADD");
   return sum;
 }
 

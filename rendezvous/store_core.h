@@ -130,6 +130,10 @@ class StoreCore {
   /// Re-evaluates one parked client after a write to `key`; true when it completed.
   bool progress(ClientId client, Parked& parked, const std::string& key);
   void complete(ClientId client);
+  /// Sets `key` to `value` (moved from an rvalue, else copied into the entry's buffer) once
+  /// `op`'s checks pass, and wakes its waiters.
+  template <typename Value>
+  void replace(const std::string& key, Value&& value, const char* op);
   /// Refuses a value of `size` bytes at `key` when it passes maxValueSize.
   void checkValue(const std::string& key, std::size_t size, const char* op) const;
   /// Admits (StoreRefused) growing the store from `oldBytes` to `newBytes` for one entry; call

@@ -16,6 +16,26 @@ constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwx
 // Between two passes over every member, while none answers.
 constexpr milliseconds kRetryPause(200);
 
+// One member's attempt. A plain Error (the member is down, slow, or answered what is not etcd)
+// is that member failing: its text is returned for the message that names every member, and
+// the caller tries the next. What concerns the request itself (etcd refused it, the revision is
+// compacted, our own configuration is wrong) goes to the caller at once.
+template <typename Attempt>
+std::optional<std::string> memberFailure(Attempt&& attempt) {
+  try {
+    attempt();
+    return std::nullopt;
+  } catch (const EtcdError&) {
+    throw;
+  } catch (const CompactedError&) {
+    throw;
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const Error& e) {
+    return std::string(e.what());
+  }
+}
+
 std::string base64(const std::string& in) {
   std::string out;
   out.reserve((in.size() + 2) / 3 * 4);
@@ -316,7 +336,8 @@ json EtcdClient::call(const std::string& path, const json& body) {
       const std::size_t i = (current_ + n) % connections_.size();
       auto& c = *connections_[i];
       if (interrupted_) throw ConnectionError(describe() + ": interrupted");
-      try {
+      std::optional<json> answer;
+      auto failed = memberFailure([&] {
         for (int attempt = 0;; ++attempt) {
           const auto deadline = Clock::now() + options_.requestTimeout;
           if (!options_.user.empty() && token_.empty()) authenticate(c, deadline);
@@ -324,8 +345,8 @@ json EtcdClient::call(const std::string& path, const json& body) {
           std::string why;
           try {
             if (checkAnswer(r.status, r.body, &why)) {
-              current_ = i;
-              return json::parse(r.body);
+              answer = json::parse(r.body);
+              return;
             }
           } catch (const EtcdError& e) {
             // A token expires (simple tokens after 5 minutes by default): log in again, once.
@@ -344,14 +365,15 @@ json EtcdClient::call(const std::string& path, const json& body) {
             throw;
           }
           whys[i] = c.endpoint().text() + ": " + why;
-          break;
+          return;
         }
-      } catch (const EtcdError&) {
-        throw;
-      } catch (const ConfigError&) {
-        throw;
-      } catch (const Error& e) {
-        whys[i] = e.what();
+      });
+      if (answer) {
+        current_ = i;
+        return *answer;
+      }
+      if (failed) {
+        whys[i] = *failed;
         if (c.interrupted()) throw ConnectionError(describe() + ": interrupted");
       }
     }
@@ -483,7 +505,8 @@ void Watch::open(Clock::time_point deadline) {
         if (interrupted_) connection_->interrupt();  // interrupt() ran before the swap
       }
       auto& conn = *connection_;
-      try {
+      bool confirmed = false;
+      auto failed = memberFailure([&] {
         const auto until = std::min(deadline, Clock::now() + opts.requestTimeout);
         if (!opts.user.empty() && client_.token_.empty()) client_.authenticate(conn, until);
         auto r = conn.startStream("/v3/watch", body, client_.token_, until);
@@ -506,17 +529,13 @@ void Watch::open(Clock::time_point deadline) {
           throw ConnectionError(conn.endpoint().text() +
                                 ": watch refused: " + line->substr(0, 200));
         }
+        confirmed = true;
+      });
+      if (confirmed) {
         client_.current_ = i;
         return;
-      } catch (const CompactedError&) {
-        throw;
-      } catch (const EtcdError&) {
-        throw;
-      } catch (const ConfigError&) {
-        throw;
-      } catch (const Error& e) {
-        whys[i] = e.what();
       }
+      if (failed) whys[i] = *failed;
       if (Clock::now() >= deadline) {
         // The caller's own deadline, not the members': next() reports it as a quiet watch.
         std::lock_guard lock(mutex_);
