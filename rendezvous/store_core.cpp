@@ -255,22 +255,14 @@ bool StoreCore::wait(ClientId client, const std::vector<std::string>& keys) {
 
 bool StoreCore::barrier(ClientId client, const std::string& key, std::int64_t worldSize) {
   if (add(key, 1) >= worldSize) return true;
-  Parked p;
-  p.kind = ParkKind::kBarrier;
-  p.keys = {key};
-  p.worldSize = worldSize;
-  park(client, std::move(p));
+  park(client, Parked{ParkKind::kBarrier, {key}, 0, worldSize, {}});
   return false;
 }
 
 bool StoreCore::waitChange(ClientId client, const std::string& key, const Bytes& old) {
   const Bytes* v = find(key);
   if (v && *v != old) return true;
-  Parked p;
-  p.kind = ParkKind::kChange;
-  p.keys = {key};
-  p.old = old;
-  park(client, std::move(p));
+  park(client, Parked{ParkKind::kChange, {key}, 0, 0, old});
   return false;
 }
 

@@ -259,19 +259,20 @@ void TcpStore::ensureConnected() {
   if (fd_ < 0) connect();
 }
 
-wire::Reply TcpStore::call(const wire::Request& req, const std::string& what) {
+template <typename Exchange>
+auto TcpStore::withReconnect(const wire::Request& req, Clock::time_point giveUp,
+                             Exchange&& exchange) {
   for (int attempt = 0;; ++attempt) {
     ensureConnected();
     bool sent = false;
     try {
       sendRequest(req, deadline());
       sent = true;
-      if (!wire::hasReply(req.op)) return {};
-      return readReply(req, deadline(), what);
+      return exchange();
     } catch (const TimeoutError&) {
       throw;
     } catch (const ConnectionError& e) {
-      if (interrupted_ || lostStateful_ || attempt > 0) throw;
+      if (interrupted_ || lostStateful_ || attempt > 0 || Clock::now() >= giveUp) throw;
       if (sent && !repeatable(req.op)) {
         throw MaybeAppliedError(std::string(e.what()) + " after the whole " + wire::opName(req.op) +
                                 " was sent: it may or may not have been applied");
@@ -279,6 +280,13 @@ wire::Reply TcpStore::call(const wire::Request& req, const std::string& what) {
       // Nothing was applied twice: the frame never arrived whole, or repeating it is harmless.
     }
   }
+}
+
+wire::Reply TcpStore::call(const wire::Request& req, const std::string& what) {
+  return withReconnect(req, Clock::time_point::max(), [&]() -> wire::Reply {
+    if (!wire::hasReply(req.op)) return {};
+    return readReply(req, deadline(), what);
+  });
 }
 
 void TcpStore::sendRequest(const wire::Request& req, Clock::time_point until) {
@@ -359,47 +367,33 @@ void TcpStore::requireTorch2(const char* op) const {
 void TcpStore::parkedCall(const wire::Request& req, milliseconds timeout, const std::string& what) {
   const auto start = Clock::now();
   const auto until = deadlineAfter(timeout);
-  for (int attempt = 0;; ++attempt) {
-    ensureConnected();
-    bool sent = false;
-    try {
-      sendRequest(req, deadline());
-      sent = true;
-      if (rbuf_.size() > rpos_ || pollFor(fd_, POLLIN, until)) {
-        if (readReply(req, deadline(), what).status != wire::kStopWaiting) {
-          fail(what, "unexpected reply");
-        }
-        return;
+  withReconnect(req, until, [&] {
+    if (rbuf_.size() > rpos_ || pollFor(fd_, POLLIN, until)) {
+      if (readReply(req, deadline(), what).status != wire::kStopWaiting) {
+        fail(what, "unexpected reply");
       }
-      const std::string timedOut = "store " + address_ + ": " + what + " timed out after " +
-                                   std::to_string(msSince(start)) + " ms";
-      if (options_.dialect == wire::Dialect::kTorch113) {
-        // 1.13 has no CANCEL_WAIT: a late STOP_WAITING would sit in the stream, so start afresh.
-        disconnect();
-        throw TimeoutError(timedOut);
-      }
-      const auto cancel = makeRequest(Op::kCancelWait);
-      sendRequest(cancel, deadline());
-      std::uint8_t r = readReply(cancel, deadline(), what + " (cancel)").status;
-      if (r == wire::kStopWaiting) {
-        // The keys arrived as we gave up: the wait succeeded; consume the cancel's reply.
-        if (readReply(cancel, deadline(), what + " (cancel)").status != wire::kWaitCanceled) {
-          fail(what, "CANCEL_WAIT answered out of protocol");
-        }
-        return;
-      }
-      if (r != wire::kWaitCanceled) fail(what, "CANCEL_WAIT answered out of protocol");
-      throw TimeoutError(timedOut);
-    } catch (const TimeoutError&) {
-      throw;
-    } catch (const ConnectionError& e) {
-      if (interrupted_ || lostStateful_ || attempt > 0 || Clock::now() >= until) throw;
-      if (sent && !repeatable(req.op)) {
-        throw MaybeAppliedError(std::string(e.what()) + " after the whole " + wire::opName(req.op) +
-                                " was sent: it may or may not have been applied");
-      }
+      return;
     }
-  }
+    const std::string timedOut = "store " + address_ + ": " + what + " timed out after " +
+                                 std::to_string(msSince(start)) + " ms";
+    if (options_.dialect == wire::Dialect::kTorch113) {
+      // 1.13 has no CANCEL_WAIT: a late STOP_WAITING would sit in the stream, so start afresh.
+      disconnect();
+      throw TimeoutError(timedOut);
+    }
+    const auto cancel = makeRequest(Op::kCancelWait);
+    sendRequest(cancel, deadline());
+    std::uint8_t r = readReply(cancel, deadline(), what + " (cancel)").status;
+    if (r == wire::kStopWaiting) {
+      // The keys arrived as we gave up: the wait succeeded; consume the cancel's reply.
+      if (readReply(cancel, deadline(), what + " (cancel)").status != wire::kWaitCanceled) {
+        fail(what, "CANCEL_WAIT answered out of protocol");
+      }
+      return;
+    }
+    if (r != wire::kWaitCanceled) fail(what, "CANCEL_WAIT answered out of protocol");
+    throw TimeoutError(timedOut);
+  });
 }
 
 void TcpStore::waitLocked(const std::vector<std::string>& keys, milliseconds timeout) {

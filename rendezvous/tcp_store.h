@@ -131,6 +131,10 @@ class TcpStore : public Store {
   void disconnect();
   /// One request and its reply (if it has one), with the reconnect rule above.
   wire::Reply call(const wire::Request& req, const std::string& what);
+  /// Sends `req` and returns `exchange()` (which reads what follows), on a new connection once
+  /// more when the old one breaks and the rule above allows it (not after `giveUp`).
+  template <typename Exchange>
+  auto withReconnect(const wire::Request& req, Clock::time_point giveUp, Exchange&& exchange);
   /// call() without the retry: send, then read the reply within `deadline`.
   wire::Reply exchange(const wire::Request& req, Clock::time_point deadline,
                        const std::string& what);

@@ -2,7 +2,9 @@
 // over one StoreCore, the code the store's thread runs for every byte a client sends.
 //
 // The input is a script of chunks, each [connection][length][bytes]: the bytes are fed to one of
-// three connections, as a socket would deliver them. A connection whose receive() returns a
+// three connections, as a socket would deliver them. Slots 0 and 1 are agents that know the
+// store's token (they must present it with DTRUN_AUTH to reach /dtrun/ keys), slot 2 a stranger
+// with an address; the writer records and the access rule run on every request. A connection whose receive() returns a
 // reason is closed, as the server closes it, and a fresh one takes its slot. Small limits keep
 // every refusal reachable. Checked after every chunk: receive() never throws (an exception
 // aborts the fuzzer), the store stays within its quota and its value limit, and once every
@@ -13,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "rendezvous/store_connection.h"
@@ -31,6 +34,7 @@ namespace rdzv = dtrun::rendezvous;
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   constexpr std::size_t kMaxValue = 256;
   constexpr std::size_t kQuota = 16 * 1024;
+  static const std::string kToken = "fuzz-token-0123456789";
   rdzv::wire::Limits limits;
   limits.maxKeySize = 64;
   limits.maxValueSize = kMaxValue;
@@ -54,7 +58,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::string_view chunk = in.substr(2, len);
     in.remove_prefix(2 + len);
     auto& conn = conns[slot];
-    if (!conn) conn = std::make_unique<rdzv::StoreConnection>(core, nextId++, limits, 1024, held);
+    if (!conn) {
+      conn = std::make_unique<rdzv::StoreConnection>(
+          core, nextId++, limits, 1024, held, slot == 2 ? "10.0.0.2:4242" : "10.0.0.1:4242",
+          kToken);
+    }
     const std::string why = conn->receive(chunk);
     // Replies leave as a socket would take them: all at once, then "sent".
     if (conn->hasOutput()) {
