@@ -295,7 +295,10 @@ void StoreServer::start() {
     throw ConnectionError("store: cannot listen on " + where + ": " + e.code().message());
   }
   spareFd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  log_->info("store: listening on {}:{}", endpoint_.address().to_string(), endpoint_.port());
+  log_->info("store: listening on {}:{}{}", endpoint_.address().to_string(), endpoint_.port(),
+             options_.token.empty() ? ""
+                                    : " (a shared secret guards the keys under " +
+                                          std::string(kProtectedKeyPrefix) + ")");
   accept();
 }
 
