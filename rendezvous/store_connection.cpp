@@ -157,19 +157,19 @@ bool StoreConnection::mayList(const std::string& key) const {
   return token_.empty() || authenticated_ || !startsWith(key, kProtectedKeyPrefix);
 }
 
+void StoreConnection::noteWriter(const std::string& key) {
+  if (!peer_.empty() && startsWith(key, kProtectedKeyPrefix)) core_.noteWriter(key, peer_);
+}
+
 void StoreConnection::noteWriters(const wire::Request& req) {
-  if (peer_.empty()) return;
   switch (req.op) {
     case wire::Op::kSet:
-    case wire::Op::kCompareSet:
     case wire::Op::kAdd:
     case wire::Op::kAppend:
     case wire::Op::kMultiSet:
     case wire::Op::kQueuePush:
     case wire::Op::kBarrier:
-      for (const auto& k : req.keys) {
-        if (startsWith(k, kProtectedKeyPrefix)) core_.noteWriter(k, peer_);
-      }
+      for (const auto& k : req.keys) noteWriter(k);
       break;
     default:
       break;
@@ -201,8 +201,11 @@ void StoreConnection::serve(wire::Request& req) {
       admitReply(wire::valueReplySize(std::max(current ? current->size() : req.values[0].size(),
                                                req.values[1].size())),
                  req);
+      // Only a swap that happens makes this client the key's writer (noteWriters skips CAS).
+      const bool swaps = current ? *current == req.values[0] : req.values[0].empty();
       wire::encodeValueReply(&out,
                              core.compareSet(req.keys[0], req.values[0], std::move(req.values[1])));
+      if (swaps) noteWriter(req.keys[0]);
       break;
     }
     case wire::Op::kGet: {

@@ -82,8 +82,10 @@ class StoreConnection {
   void serve(wire::Request& req);
   /// Refuses (StoreRefused) a request that touches protected keys before the token was shown.
   void checkAccess(const wire::Request& req) const;
-  /// Records this client as the writer of the protected keys `req` wrote.
+  /// Records this client as the writer of the protected keys `req` wrote (COMPARE_SET: serve()
+  /// does, when the swap happens).
   void noteWriters(const wire::Request& req);
+  void noteWriter(const std::string& key);
   bool mayList(const std::string& key) const;
   /// Refuses (StoreRefused) a reply of `bytes` past maxReplyBytes or the quota.
   void admitReply(std::size_t bytes, const wire::Request& req) const;

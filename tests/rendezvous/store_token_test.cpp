@@ -148,6 +148,14 @@ TEST_CASE("writer: the store names who last wrote a rendezvous key", "[store][to
   REQUIRE(stranger.recvU32() == 7);  // the SET was served
   CHECK(agent.writer("dtrun/job/round") == stranger.localAddress());
   CHECK(agent.writerOf("dtrun/job/round") == stranger.localAddress());
+  // A COMPARE_SET that does not swap writes nothing, so it does not make its sender the writer.
+  CHECK(agent.compareSet("dtrun/job/round", "not the value", "7") == "junk");
+  CHECK(agent.writer("dtrun/job/round") == stranger.localAddress());
+  // One that swaps does.
+  CHECK(agent.compareSet("dtrun/job/round", "junk", "1") == "1");
+  const std::string agentAddress = agent.writer("dtrun/job/round");
+  CHECK_THAT(agentAddress, Catch::Matchers::StartsWith("127.0.0.1:"));
+  CHECK(agentAddress != stranger.localAddress());
   // Only the protected keys are recorded; a deleted key forgets its writer.
   CHECK(agent.writer("worker/attempt_0/k").empty());
   CHECK(agent.deleteKey("dtrun/job/round"));
