@@ -15,7 +15,8 @@ namespace dtrun {
 std::string readSecretFile(const std::string& path, const std::string& what) {
   auto fail = [&](const std::string& why) { return ConfigError(what + " " + path + ": " + why); };
   if (path.empty()) throw ConfigError(what + ": the path is empty");
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO planted at the path must not hang the launcher in open().
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw fail(std::strerror(errno));
   struct stat st {};
   std::string text;

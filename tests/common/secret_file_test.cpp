@@ -41,6 +41,10 @@ TEST_CASE("readSecretFile: each unsafe or useless file is refused with the fix",
       Contains("--token-file " + dir.path().string() + "/missing") && Contains("No such file"));
   CHECK_THROWS_WITH(readSecretFile(dir.path().string(), "--token-file"),
                     Contains("not a regular file"));
+  // A FIFO planted at the path is refused at once, not waited on.
+  const std::string fifo = dir.path().string() + "/fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(readSecretFile(fifo, "--token-file"), Contains("not a regular file"));
   CHECK_THROWS_WITH(readSecretFile(writeSecret(dir, "open", token, 0644), "--token-file"),
                     Contains("mode 0644") && Contains("chmod 600"));
   CHECK_THROWS_WITH(readSecretFile(writeSecret(dir, "group", token, 0620), "--token-file"),
