@@ -104,7 +104,7 @@ int run(Worker& worker, const Args& args) {
   DTRUN_CUDA_CHECK(cudaGetDeviceProperties(&prop, comm->device()), ctx);
   char host[256] = "?";
   ::gethostname(host, sizeof(host) - 1);
-  char line[512];
+  char line[640];  // the longest host name and device name fit (GCC checks it)
   std::snprintf(line, sizeof(line),
                 "#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x] %s", rank,
                 worker.groupRank(), static_cast<int>(::getpid()), host, comm->device(),
