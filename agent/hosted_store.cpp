@@ -8,18 +8,7 @@ HostedStore::HostedStore(rendezvous::StoreServerOptions options,
                          std::shared_ptr<spdlog::logger> log)
     : log_(log), server_(io_, std::move(options), std::move(log)) {
   server_.start();
-  thread_ = std::thread([this] {
-    // The server's handlers catch what serving a client throws (docs/store.md); should anything
-    // still escape, the store goes on serving instead of ending the job.
-    for (;;) {
-      try {
-        io_.run();
-        return;
-      } catch (const std::exception& e) {
-        log_->error("store: unexpected error on the store's thread (continuing): {}", e.what());
-      }
-    }
-  });
+  thread_ = std::thread([this] { rendezvous::runServing(io_, *log_); });
 }
 
 HostedStore::~HostedStore() {

@@ -174,15 +174,7 @@ int runStoreCommand(const std::vector<std::string>& argv,
       log->info("store: signal {} received; shutting down", signo);
       server.stop();
     });
-    // The server's handlers catch what serving a client throws; this loop is the last line.
-    for (;;) {
-      try {
-        io.run();
-        break;
-      } catch (const std::exception& e) {
-        log->error("store: unexpected error on the event loop (continuing): {}", e.what());
-      }
-    }
+    rendezvous::runServing(io, *log);
     return 0;
   } catch (const std::exception& e) {
     log->error("{}", e.what());

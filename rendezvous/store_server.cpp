@@ -28,6 +28,17 @@ std::uint64_t raiseFileLimit() {
   return lim.rlim_cur;
 }
 
+void runServing(asio::io_context& io, spdlog::logger& log) {
+  for (;;) {
+    try {
+      io.run();
+      return;
+    } catch (const std::exception& e) {
+      log.error("store: unexpected error on the store's event loop (continuing): {}", e.what());
+    }
+  }
+}
+
 namespace {
 
 std::string peerOf(const tcp::socket& socket) {

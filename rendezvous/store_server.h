@@ -107,6 +107,11 @@ class StoreServer {
   bool stopped_ = false;
 };
 
+/// Runs `io` (the thread that serves a StoreServer) until it has nothing left to do. The
+/// server's handlers catch what serving a client throws (docs/store.md); should anything still
+/// escape, it is logged and the loop goes on serving instead of ending the process.
+void runServing(boost::asio::io_context& io, spdlog::logger& log);
+
 /// Raises the soft RLIMIT_NOFILE to the hard limit; returns the new soft limit.
 std::uint64_t raiseFileLimit();
 

@@ -4,11 +4,11 @@
 // The input is a script of chunks, each [connection][length][bytes]: the bytes are fed to one of
 // three connections, as a socket would deliver them. Slots 0 and 1 are agents that know the
 // store's token (they must present it with DTRUN_AUTH to reach /dtrun/ keys), slot 2 a stranger
-// with an address; the writer records and the access rule run on every request. A connection whose receive() returns a
-// reason is closed, as the server closes it, and a fresh one takes its slot. Small limits keep
-// every refusal reachable. Checked after every chunk: receive() never throws (an exception
-// aborts the fuzzer), the store stays within its quota and its value limit, and once every
-// connection is closed no buffered byte is left on the books. ASan/UBSan watch the rest.
+// with an address; the writer records and the access rule run on every request. A connection whose
+// receive() returns a reason is closed, as the server closes it, and a fresh one takes its slot.
+// Small limits keep every refusal reachable. Checked after every chunk: receive() never throws (an
+// exception aborts the fuzzer), the store stays within its quota and its value limit, and once
+// every connection is closed no buffered byte is left on the books. ASan/UBSan watch the rest.
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -59,9 +59,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     in.remove_prefix(2 + len);
     auto& conn = conns[slot];
     if (!conn) {
-      conn = std::make_unique<rdzv::StoreConnection>(
-          core, nextId++, limits, 1024, held, slot == 2 ? "10.0.0.2:4242" : "10.0.0.1:4242",
-          kToken);
+      conn = std::make_unique<rdzv::StoreConnection>(core, nextId++, limits, 1024, held,
+                                                     slot == 2 ? "10.0.0.2:4242" : "10.0.0.1:4242",
+                                                     kToken);
     }
     const std::string why = conn->receive(chunk);
     // Replies leave as a socket would take them: all at once, then "sent".
