@@ -8,4 +8,16 @@ Std StdSpec::forRank(int localRank) const {
   return it == perLocalRank.end() ? Std::kNone : it->second;
 }
 
+const char* backendName(RendezvousBackend backend) {
+  switch (backend) {
+    case RendezvousBackend::kC10d:
+      return "c10d";
+    case RendezvousBackend::kStatic:
+      return "static";
+    case RendezvousBackend::kEtcd:
+      return "etcd";
+  }
+  return "c10d";
+}
+
 }  // namespace dtrun::agent

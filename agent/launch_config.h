@@ -24,10 +24,17 @@ struct StdSpec {
   Std forRank(int localRank) const;
 };
 
+/// --rdzv-backend: c10d (dtrun's store), static (torchrun's legacy fixed ranks) or etcd (torchrun's
+/// etcd and etcd-v2 spellings both).
+enum class RendezvousBackend { kC10d, kStatic, kEtcd };
+
+/// The backend's name as --rdzv-backend spells it ("c10d", "static", "etcd"). Pure.
+const char* backendName(RendezvousBackend backend);
+
 /// Rendezvous settings: --rdzv-* options, --rdzv-conf keys with torch's defaults, and the static
 /// backend's --node-rank/--master-*.
 struct RendezvousConfig {
-  std::string backend = "c10d";  ///< "c10d", "static" or "etcd" (also spelled etcd-v2)
+  RendezvousBackend backend = RendezvousBackend::kC10d;
   /// etcd: --rdzv-endpoint as given, the comma-separated members (host:port or URLs).
   std::string etcdEndpoints;
   std::string host;            ///< endpoint host (brackets of [v6] removed)

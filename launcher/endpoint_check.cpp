@@ -78,7 +78,9 @@ std::optional<std::string> loopbackEndpointWarning(const agent::LaunchConfig& co
   if (loopback.empty()) return std::nullopt;
 
   const std::string host = rendezvousHost(config);
-  const std::string option = config.rdzv.backend == "static" ? "--master-addr" : "--rdzv-endpoint";
+  const std::string option = config.rdzv.backend == agent::RendezvousBackend::kStatic
+                                 ? "--master-addr"
+                                 : "--rdzv-endpoint";
   std::string what = host == loopback ? "rendezvous host " + host + " is a loopback address"
                                       : "rendezvous host " + host + " resolves to " + loopback +
                                             " (loopback) on this host";

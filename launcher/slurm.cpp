@@ -297,7 +297,7 @@ SlurmDerivation deriveSlurmDefaults(const Env& env, const agent::LaunchConfig& p
 
   if (!stepId || !get(env, {"SLURM_PROCID"})) return d;  // not a task of a job step
   const auto& given = parsed.givenOptions;
-  if (parsed.standalone || parsed.rdzv.backend == "static") return d;
+  if (parsed.standalone || parsed.rdzv.backend == agent::RendezvousBackend::kStatic) return d;
 
   std::vector<std::string> parts;
   int maxNodes = parsed.rdzv.maxNodes;

@@ -32,7 +32,7 @@ std::string plainDtrunCommand(const ParsedOptions& parsed, const agent::LaunchCo
   }
   // Plain dtrun chooses static only for --master-addr/--master-port/--node-rank without an
   // endpoint; a multi-node job that relied on launch's static default says so.
-  if (config.rdzv.backend == "static" && config.rdzv.maxNodes > 1 &&
+  if (config.rdzv.backend == agent::RendezvousBackend::kStatic && config.rdzv.maxNodes > 1 &&
       !parsed.given("rdzv_backend") && parsed.given("rdzv_endpoint")) {
     words.push_back("--rdzv-backend=static");
   }

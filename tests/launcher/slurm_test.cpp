@@ -13,9 +13,9 @@
 #include <csignal>
 #include <set>
 
+#include "common/error.h"
 #include "launcher/cli.h"
 #include "launcher/endpoint_check.h"
-#include "common/error.h"
 #include "tests/support/test_support.h"
 
 using namespace dtrun::launcher;
@@ -378,7 +378,7 @@ TEST_CASE("slurm: the hook adds only absent variables, and the command line stil
   CHECK(cfg.rdzv.minNodes == 2);
   CHECK(cfg.rdzv.maxNodes == 2);
   CHECK(cfg.rdzv.runId == "955000.0");
-  CHECK(cfg.rdzv.backend == "c10d");
+  CHECK(cfg.rdzv.backend == dtrun::agent::RendezvousBackend::kC10d);
   CHECK(cfg.nprocPerNode == 3);
   CHECK(cfg.scriptArgs == std::vector<std::string>{"--lr", "1"});
 

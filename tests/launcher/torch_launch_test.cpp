@@ -71,7 +71,7 @@ TEST_CASE("dtrun launch: the static rendezvous by default", "[launcher][torch_la
   Fixture f;
   // One node: static on a free port (torch: 29500), node 0 serves the store.
   auto one = f.launch({"--nproc_per_node", "2", "t.py"}).invocation.config;
-  CHECK(one.rdzv.backend == "static");
+  CHECK(one.rdzv.backend == dtrun::agent::RendezvousBackend::kStatic);
   CHECK(one.rdzv.host == "127.0.0.1");
   CHECK(one.rdzv.port == 0);
   CHECK(one.rdzv.storeTimeout == 600s);
@@ -80,7 +80,7 @@ TEST_CASE("dtrun launch: the static rendezvous by default", "[launcher][torch_la
   auto multi = f.launch({"--nnodes=2", "--node_rank=1", "--master_addr=10.1.2.3",
                          "--master_port=29501", "--nproc_per_node=8", "t.py"})
                    .invocation.config;
-  CHECK(multi.rdzv.backend == "static");
+  CHECK(multi.rdzv.backend == dtrun::agent::RendezvousBackend::kStatic);
   CHECK(multi.rdzv.host == "10.1.2.3");
   CHECK(multi.rdzv.port == 29501);
   CHECK(multi.rdzv.nodeRank == 1);
@@ -89,11 +89,12 @@ TEST_CASE("dtrun launch: the static rendezvous by default", "[launcher][torch_la
   CHECK(twoNoPort.rdzv.port == 29500);
   // --rdzv-backend and --standalone say otherwise.
   CHECK(f.launch({"--rdzv_backend=c10d", "--rdzv_endpoint=h:5", "--nnodes=2", "t.py"})
-            .invocation.config.rdzv.backend == "c10d");
-  CHECK(f.launch({"--standalone", "t.py"}).invocation.config.rdzv.backend == "c10d");
+            .invocation.config.rdzv.backend == dtrun::agent::RendezvousBackend::kC10d);
+  CHECK(f.launch({"--standalone", "t.py"}).invocation.config.rdzv.backend ==
+        dtrun::agent::RendezvousBackend::kC10d);
   // An endpoint without a backend is static's endpoint, as in torch.
   auto ep = f.launch({"--rdzv_endpoint=h:7", "--nnodes=2", "t.py"}).invocation.config;
-  CHECK(ep.rdzv.backend == "static");
+  CHECK(ep.rdzv.backend == dtrun::agent::RendezvousBackend::kStatic);
   CHECK(ep.rdzv.host == "h");
   CHECK(ep.rdzv.port == 7);
 }
