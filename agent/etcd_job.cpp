@@ -426,8 +426,7 @@ void EtcdJob::workerStore(const rendezvous::RoundInfo& round,
   if (round.groupRank == 0) {
     try {
       rendezvous::StoreServerOptions o;
-      o.host = "0.0.0.0";
-      o.port = 0;
+      o.port = 0;  // on every address ("::"): the others reach it at localAddr, v4 or v6
       hosted_ = std::make_unique<HostedStore>(o, log_);
     } catch (...) {
       boost::asio::post(io_, [done = std::move(done), e = std::current_exception()] {

@@ -21,7 +21,8 @@ constexpr const char* kLimits = "limits (docs/store.md)";
 constexpr std::array<OptionSpec, 15> kStoreOptions{{
     {"help", "-h", OptionKind::kHelp, "", "", "show this help message and exit"},
     {"host", "", OptionKind::kValue, "", "",
-     "Address or name to bind; \"::\" listens on IPv6 and IPv4. (default: 0.0.0.0)"},
+     "Address or name to listen on: \"::\" is every IPv6 and IPv4 address (IPv4 only where "
+     "the machine has no IPv6), 0.0.0.0 every IPv4 address. (default: ::)"},
     {"port", "", OptionKind::kValue, "", "", "Port to bind; 0 picks a free one. (default: 29400)"},
     {"max_key_size", "", OptionKind::kValue, kLimits, "", "Longest key accepted. (default: 64K)",
      "SIZE"},
@@ -90,7 +91,7 @@ StoreArgs parse(const std::vector<std::string>& args,
   a.server.port = 29400;
   if (auto host = p.text("host")) {
     if (host->empty()) throw UsageError("--host: expected an address or host name");
-    a.server.host = *host;
+    a.server.hosts = {*host};
   }
   if (auto port = p.integer("port", 0, 65535)) a.server.port = static_cast<std::uint16_t>(*port);
   for (const char* dest : {"max_key_size", "max_value_size", "max_keys", "max_request_size",

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/host_port.h"
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
@@ -40,6 +41,12 @@ void runServing(asio::io_context& io, spdlog::logger& log) {
 }
 
 namespace {
+
+// A later address of a server on a free port found the first one's port taken.
+class PortTaken : public ConnectionError {
+ public:
+  using ConnectionError::ConnectionError;
+};
 
 std::string peerOf(const tcp::socket& socket) {
   boost::system::error_code ec;
@@ -267,8 +274,6 @@ StoreServer::StoreServer(asio::io_context& io, StoreServerOptions options,
     : io_(io),
       options_(std::move(options)),
       log_(std::move(log)),
-      acceptor_(io),
-      acceptRetry_(io),
       warningFlush_(io),
       core_([this](StoreCore::ClientId id) { wake(id); },
             StoreQuota{options_.limits.maxValueSize, options_.memoryQuota}),
@@ -284,75 +289,139 @@ void StoreServer::start() {
   std::uint64_t files = raiseFileLimit();
   maxConnections_ = options_.maxConnections;
   if (maxConnections_ == 0 && files > 64) maxConnections_ = files - 64;  // room for logs, workers
-  const std::string where = options_.host + ":" + std::to_string(options_.port);
-  try {
-    tcp::resolver resolver(io_);
-    auto results = resolver.resolve(options_.host, std::to_string(options_.port),
-                                    tcp::resolver::passive | tcp::resolver::numeric_service);
-    tcp::endpoint ep = results.begin()->endpoint();
-    // Opened here with SOCK_CLOEXEC (Asio's open() would leave it inheritable).
-    int fd = ::socket(ep.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) {
-      throw boost::system::system_error(
-          boost::system::error_code(errno, boost::system::system_category()));
+  if (options_.hosts.empty()) throw ConnectionError("store: no address to listen on");
+  // With a free port and several addresses, the port the first one got may be taken on another
+  // address already: then all of them try again with a new one.
+  for (int attempt = 0;; ++attempt) {
+    try {
+      listenAll(options_.port);
+      break;
+    } catch (const PortTaken&) {
+      listeners_.clear();
+      if (options_.port != 0 || attempt == 8) throw;
     }
-    acceptor_.assign(ep.protocol(), fd);
-    acceptor_.set_option(tcp::acceptor::reuse_address(true));
-    if (ep.address().is_v6()) acceptor_.set_option(asio::ip::v6_only(false));
-    acceptor_.bind(ep);
-    acceptor_.listen(options_.backlog);
-    endpoint_ = acceptor_.local_endpoint();
-  } catch (const boost::system::system_error& e) {
-    throw ConnectionError("store: cannot listen on " + where + ": " + e.code().message());
   }
   spareFd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  log_->info("store: listening on {}:{}{}", endpoint_.address().to_string(), endpoint_.port(),
+  std::string where;
+  for (const auto& ep : endpoints()) {
+    where += (where.empty() ? "" : ", ") + hostPortText(ep.address().to_string(), ep.port());
+  }
+  log_->info("store: listening on {}{}", where,
              options_.token.empty() ? ""
                                     : " (a shared secret guards the keys under " +
                                           std::string(kProtectedKeyPrefix) + ")");
-  accept();
+  for (std::size_t i = 0; i < listeners_.size(); ++i) accept(i);
+}
+
+std::vector<tcp::endpoint> StoreServer::endpoints() const {
+  std::vector<tcp::endpoint> out;
+  for (const auto& l : listeners_) out.push_back(l.endpoint);
+  return out;
+}
+
+void StoreServer::listenAll(std::uint16_t port) {
+  listeners_.reserve(options_.hosts.size() * 2);
+  for (const auto& host : options_.hosts) {
+    const std::string where = hostPortText(host, port);
+    try {
+      tcp::resolver resolver(io_);
+      auto results = resolver.resolve(host, std::to_string(port),
+                                      tcp::resolver::passive | tcp::resolver::numeric_service);
+      for (const auto& r : results) {
+        tcp::endpoint ep = r.endpoint();
+        if (!listeners_.empty() && port == 0) ep.port(listeners_.front().endpoint.port());
+        bool duplicate = false;
+        for (const auto& l : listeners_) duplicate = duplicate || l.endpoint == ep;
+        if (duplicate) continue;
+        try {
+          listenOn(ep);
+        } catch (const boost::system::system_error& e) {
+          // "::" on a kernel without IPv6: every IPv4 address instead, as torch's server does.
+          const bool noV6 = e.code() == boost::system::errc::address_family_not_supported ||
+                            e.code() == boost::system::errc::address_not_available;
+          if (!(host == "::" && noV6)) throw;
+          log_->info("store: no IPv6 on this machine ({}); listening on IPv4 only",
+                     e.code().message());
+          listenOn(tcp::endpoint(asio::ip::address_v4::any(), ep.port()));
+        }
+      }
+    } catch (const boost::system::system_error& e) {
+      const std::string why = "store: cannot listen on " + where + ": " + e.code().message();
+      // The port a first address got may be another process's on this one: worth a new port.
+      if (e.code() == boost::system::errc::address_in_use && !listeners_.empty()) {
+        throw PortTaken(why);
+      }
+      throw ConnectionError(why);
+    }
+  }
+}
+
+void StoreServer::listenOn(const tcp::endpoint& ep) {
+  // Opened here with SOCK_CLOEXEC (Asio's open() would leave it inheritable).
+  int fd = ::socket(ep.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) {
+    throw boost::system::system_error(
+        boost::system::error_code(errno, boost::system::system_category()));
+  }
+  Listener l{tcp::acceptor(io_), {}, asio::steady_timer(io_)};
+  l.acceptor.assign(ep.protocol(), fd);
+  l.acceptor.set_option(tcp::acceptor::reuse_address(true));
+  // "::" (any IPv6 address) also takes IPv4 clients, whatever net.ipv6.bindv6only says; a
+  // specific IPv6 address is that address only.
+  if (ep.address().is_v6()) {
+    l.acceptor.set_option(asio::ip::v6_only(!ep.address().is_unspecified()));
+  }
+  l.acceptor.bind(ep);
+  l.acceptor.listen(options_.backlog);
+  l.endpoint = l.acceptor.local_endpoint();
+  listeners_.push_back(std::move(l));
 }
 
 void StoreServer::stop() {
   if (stopped_) return;
   stopped_ = true;
   boost::system::error_code ignored;
-  acceptor_.close(ignored);
-  acceptRetry_.cancel();
+  for (auto& l : listeners_) {
+    l.acceptor.close(ignored);
+    l.retry.cancel();
+  }
   warningFlush_.cancel();
   auto sessions = std::move(sessions_);
   sessions_.clear();
   for (auto& [id, s] : sessions) s->close();
 }
 
-void StoreServer::accept() {
+void StoreServer::accept(std::size_t listener) {
   // Readiness, then accept4() until the queue is empty: a storm of clients is taken from the
   // kernel's accept queue as fast as it fills, so the queue does not overflow into SYN retries.
-  acceptor_.async_wait(tcp::acceptor::wait_read, [this](boost::system::error_code ec) {
+  auto& l = listeners_[listener];
+  l.acceptor.async_wait(tcp::acceptor::wait_read, [this, listener](boost::system::error_code ec) {
     if (ec == asio::error::operation_aborted || stopped_) return;
     if (ec) {
       warn("accept", "store: waiting for connections failed: " + ec.message() + "; retrying");
-      acceptRetry_.expires_after(std::chrono::milliseconds(20));
-      acceptRetry_.async_wait([this](boost::system::error_code e) {
-        if (!e && !stopped_) accept();
+      auto& retry = listeners_[listener].retry;
+      retry.expires_after(std::chrono::milliseconds(20));
+      retry.async_wait([this, listener](boost::system::error_code e) {
+        if (!e && !stopped_) accept(listener);
       });
       return;
     }
     try {
-      acceptReady();
+      acceptReady(listener);
     } catch (const std::exception& e) {
       warn("accept", std::string("store: accepting a connection failed: ") + e.what());
     }
-    if (!stopped_) accept();
+    if (!stopped_) accept(listener);
   });
 }
 
-void StoreServer::acceptReady() {
-  const int lfd = acceptor_.native_handle();
+void StoreServer::acceptReady(std::size_t listener) {
+  auto& l = listeners_[listener];
+  const int lfd = l.acceptor.native_handle();
   for (int i = 0; i < 4096 && !stopped_; ++i) {
     int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd >= 0) {
-      onAccepted(fd);
+      onAccepted(fd, l.endpoint);
       continue;
     }
     if (errno == EINTR || errno == ECONNABORTED) continue;
@@ -388,14 +457,14 @@ void StoreServer::refuse(int fd, const std::string& why) {
   warn("refused-connection", "store: refusing " + peer + ": " + why);
 }
 
-void StoreServer::onAccepted(int fd) {
+void StoreServer::onAccepted(int fd, const tcp::endpoint& local) {
   if (maxConnections_ != 0 && sessions_.size() >= maxConnections_) {
     refuse(fd, "connection limit " + std::to_string(maxConnections_) + " reached");
     return;
   }
   tcp::socket socket(io_);
   boost::system::error_code ec;
-  socket.assign(endpoint_.protocol(), fd, ec);
+  socket.assign(local.protocol(), fd, ec);
   if (ec) {
     ::close(fd);
     warn("accept", "store: cannot take a connection: " + ec.message());

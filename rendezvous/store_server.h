@@ -31,9 +31,12 @@
 namespace dtrun::rendezvous {
 
 struct StoreServerOptions {
-  std::string host = "0.0.0.0";  ///< bind address or name; "::" listens on IPv6 and IPv4
-  std::uint16_t port = 0;        ///< 0 picks a free port; endpoint() tells which
-  wire::Limits limits;           ///< per request; maxValueSize also bounds APPEND's result
+  /// Addresses (or names) to listen on, all on one port. "::" is every address, IPv6 and IPv4
+  /// (dual stack), or every IPv4 address where the kernel has no IPv6; "0.0.0.0" every IPv4
+  /// address only; a name listens on each address it resolves to.
+  std::vector<std::string> hosts{"::"};
+  std::uint16_t port = 0;  ///< 0 picks a free port (the same for every host); port() tells which
+  wire::Limits limits;     ///< per request; maxValueSize also bounds APPEND's result
   std::size_t maxReplyBytes = 128 * 1024 * 1024;  ///< a larger reply is refused, not built
   /// Keys, values and every connection's buffers together (StoreQuota::maxBytes).
   std::size_t memoryQuota = std::size_t{2} * 1024 * 1024 * 1024;
@@ -62,8 +65,12 @@ class StoreServer {
   /// Raises RLIMIT_NOFILE, binds and listens; throws ConnectionError naming host:port. Call
   /// before io.run() or on the io thread.
   void start();
-  /// The bound address (valid after start()).
-  boost::asio::ip::tcp::endpoint endpoint() const { return endpoint_; }
+  /// The first bound address (valid after start()).
+  boost::asio::ip::tcp::endpoint endpoint() const { return listeners_.front().endpoint; }
+  /// Every bound address, in the order of options.hosts (valid after start()).
+  std::vector<boost::asio::ip::tcp::endpoint> endpoints() const;
+  /// The port every address listens on (valid after start()).
+  std::uint16_t port() const { return endpoint().port(); }
   /// Closes the acceptor and every connection; io.run() then returns once nothing is pending.
   /// Io thread only (post() it from elsewhere).
   void stop();
@@ -78,9 +85,20 @@ class StoreServer {
   class Session;
   friend class Session;
 
-  void accept();
-  void acceptReady();
-  void onAccepted(int fd);
+  // One listening socket.
+  struct Listener {
+    boost::asio::ip::tcp::acceptor acceptor;
+    boost::asio::ip::tcp::endpoint endpoint;
+    boost::asio::steady_timer retry;  // after a failed wait for connections
+  };
+
+  /// Binds every address of options_.hosts on `port` (0: the first picks, the others follow).
+  void listenAll(std::uint16_t port);
+  /// Binds one endpoint; throws boost::system::system_error.
+  void listenOn(const boost::asio::ip::tcp::endpoint& ep);
+  void accept(std::size_t listener);
+  void acceptReady(std::size_t listener);
+  void onAccepted(int fd, const boost::asio::ip::tcp::endpoint& local);
   void refuse(int fd, const std::string& why);
   void onSessionClosed(StoreCore::ClientId id);
   void wake(StoreCore::ClientId id);
@@ -91,10 +109,8 @@ class StoreServer {
   boost::asio::io_context& io_;
   StoreServerOptions options_;
   std::shared_ptr<spdlog::logger> log_;
-  boost::asio::ip::tcp::acceptor acceptor_;
-  boost::asio::steady_timer acceptRetry_;
+  std::vector<Listener> listeners_;
   boost::asio::steady_timer warningFlush_;
-  boost::asio::ip::tcp::endpoint endpoint_;
   StoreCore core_;
   ConnectionBytes connectionBytes_;
   WarningLimiter warnings_;

@@ -83,6 +83,71 @@ TEST_CASE("server: stepping the io_context, PING is echoed and stop() lets run()
   CHECK(c.closedByPeer());
 }
 
+TEST_CASE("server: several addresses on one port, and '::' for IPv6 and IPv4 alike",
+          "[store][server]") {
+  auto reach = [](const std::string& host, std::uint16_t port) {
+    TcpStoreOptions o;
+    o.host = host;
+    o.port = port;
+    o.connectTimeout = 5s;
+    o.timeout = 5s;
+    TcpStore client(o);
+    client.set("k", "from " + host);
+    return client.get("k", 5s);
+  };
+  auto refused = [](const std::string& host, std::uint16_t port) {
+    TcpStoreOptions o;
+    o.host = host;
+    o.port = port;
+    o.connectTimeout = 300ms;
+    try {
+      TcpStore client(o);
+    } catch (const dtrun::ConnectionError&) {
+      return true;
+    }
+    return false;
+  };
+  SECTION("127.0.0.2 and ::1 on one free port; 127.0.0.1 is not among them") {
+    StoreServerOptions o = loopbackOptions();
+    o.hosts = {"127.0.0.2", "::1"};
+    ServerThread server(o);
+    const auto eps = server.onIoThread([](StoreServer& s) { return s.endpoints(); });
+    REQUIRE(eps.size() == 2);
+    CHECK(eps[0].address().to_string() == "127.0.0.2");
+    CHECK(eps[1].address().to_string() == "::1");
+    CHECK(eps[0].port() == eps[1].port());
+    CHECK(reach("127.0.0.2", server.port()) == "from 127.0.0.2");
+    CHECK(reach("::1", server.port()) == "from ::1");
+    CHECK(refused("127.0.0.1", server.port()));
+  }
+  SECTION("'::' takes IPv4 and IPv6 clients on every local address") {
+    StoreServerOptions o = loopbackOptions();
+    o.hosts = {"::"};
+    ServerThread server(o);
+    CHECK(reach("127.0.0.1", server.port()) == "from 127.0.0.1");
+    CHECK(reach("127.0.0.3", server.port()) == "from 127.0.0.3");
+    CHECK(reach("::1", server.port()) == "from ::1");
+  }
+  SECTION("a name listens on what it resolves to, once per address") {
+    StoreServerOptions o = loopbackOptions();
+    o.hosts = {"localhost", "127.0.0.1"};
+    ServerThread server(o);
+    const auto eps = server.onIoThread([](StoreServer& s) { return s.endpoints(); });
+    std::set<std::string> addrs;
+    for (const auto& ep : eps) addrs.insert(ep.address().to_string());
+    CHECK(addrs.size() == eps.size());  // 127.0.0.1 once, though named twice
+    CHECK(addrs.count("127.0.0.1") == 1);
+    CHECK(reach("localhost", server.port()) == "from localhost");
+  }
+  SECTION("an address that is not this machine's is one clear error naming it") {
+    StoreServerOptions o = loopbackOptions();
+    o.hosts = {"127.0.0.1", "192.0.2.1"};  // TEST-NET-1: never a local address
+    boost::asio::io_context io;
+    StoreServer server(io, o, quietLogger());
+    CHECK_THROWS_WITH(server.start(), Contains("cannot listen on 192.0.2.1:0"));
+  }
+}
+
 TEST_CASE("server: CANCEL_WAIT answers after any STOP_WAITING already owed", "[store][server]") {
   ServerThread server;
   auto a = connect2(server.port());

@@ -95,7 +95,7 @@ class CapturedLog {
 
 inline StoreServerOptions loopbackOptions() {
   StoreServerOptions o;
-  o.host = "127.0.0.1";
+  o.hosts = {"127.0.0.1"};
   o.port = 0;
   o.warningBurst = 1000;  // tests that count log lines per connection; one test checks the limit
   return o;
