@@ -1,6 +1,23 @@
 #include "common/log_text.h"
 
+#include <algorithm>
+#include <ctime>
+
 namespace dtrun {
+
+std::string wallClockText(std::chrono::steady_clock::time_point t) {
+  using std::chrono::steady_clock;
+  using std::chrono::system_clock;
+  const auto left = std::chrono::duration_cast<std::chrono::seconds>(t - steady_clock::now());
+  const std::time_t when = system_clock::to_time_t(
+      system_clock::now() +
+      std::chrono::duration_cast<system_clock::duration>(t - steady_clock::now()));
+  std::tm tm{};
+  ::localtime_r(&when, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
+  return std::string(buf) + " (in " + std::to_string(std::max<long long>(0, left.count())) + " s)";
+}
 
 std::string escapeForLog(std::string_view bytes, std::size_t maxBytes) {
   static const char* kHex = "0123456789abcdef";

@@ -17,6 +17,9 @@
 
 namespace dtrun {
 
+/// A steady-clock deadline as this machine's wall clock, for people: "12:34:56 (in 42 s)".
+std::string wallClockText(std::chrono::steady_clock::time_point t);
+
 /// `bytes` quoted for a log line: printable ASCII as is, \" \\ \n \r \t, other bytes \xNN; past
 /// `maxBytes` the rest is cut and the total length said.
 std::string escapeForLog(std::string_view bytes, std::size_t maxBytes = 120);

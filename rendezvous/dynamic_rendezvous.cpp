@@ -45,19 +45,6 @@ std::string describe(const NodeInfo& n) {
   return n.host + " (pid " + std::to_string(n.pid) + ", " + std::to_string(n.nproc) + " procs)";
 }
 
-// "12:34:56 (in 42 s)": a steady deadline as this machine's wall clock, for people.
-std::string wallClock(Clock::time_point t) {
-  const auto left = std::chrono::duration_cast<std::chrono::seconds>(t - Clock::now());
-  const std::time_t when = std::chrono::system_clock::to_time_t(
-      std::chrono::system_clock::now() +
-      std::chrono::duration_cast<std::chrono::system_clock::duration>(t - Clock::now()));
-  std::tm tm{};
-  ::localtime_r(&when, &tm);
-  char buf[16];
-  std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
-  return std::string(buf) + " (in " + std::to_string(std::max<long long>(0, left.count())) + " s)";
-}
-
 std::string joinNames(const std::vector<std::string>& names, std::size_t total) {
   std::string out;
   for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
@@ -311,7 +298,7 @@ void DynamicRendezvous::waitForRound(std::int64_t round, Clock::time_point deadl
           "rendezvous: waiting until {} (join timeout) for round {} to open: round {} runs "
           "without this node ({} node(s), max {}); the next round opens when a node fails or "
           "leaves, or at once while there is room",
-          wallClock(deadline), round, round - 1, running, settings_.maxNodes);
+          wallClockText(deadline), round, round - 1, running, settings_.maxNodes);
     }
     if (Clock::now() >= deadline) {
       throw TimeoutError("rendezvous: waited " +
@@ -377,11 +364,11 @@ void DynamicRendezvous::logWaiting(std::int64_t round, int joined, Clock::time_p
     need = std::to_string(settings_.minNodes - joined) + " more for the minimum of " +
            std::to_string(settings_.minNodes);
   } else if (closesAt) {
-    need = "closing at " + wallClock(*closesAt) + " (last call) unless " +
+    need = "closing at " + wallClockText(*closesAt) + " (last call) unless " +
            std::to_string(settings_.maxNodes - joined) + " more come first";
   }
   std::string line = "rendezvous: round " + std::to_string(round) + " is waiting for nodes until " +
-                     wallClock(deadline) + " (join timeout): " + std::to_string(joined) +
+                     wallClockText(deadline) + " (join timeout): " + std::to_string(joined) +
                      " came (min " + std::to_string(settings_.minNodes) + ", max " +
                      std::to_string(settings_.maxNodes) + ")";
   if (!cameNames.empty()) line += ": " + joinNames(cameNames, static_cast<std::size_t>(joined));

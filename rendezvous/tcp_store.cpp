@@ -155,6 +155,7 @@ void TcpStore::connect() {
                        static_cast<unsigned>(Clock::now().time_since_epoch().count()));
   milliseconds backoff(10);
   std::string lastError = "no attempt made";
+  auto nextProgress = start + options_.progressInterval;
   for (;;) {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
@@ -185,6 +186,10 @@ void TcpStore::connect() {
     if (Clock::now() >= until) {
       throw ConnectionError("cannot connect to store at " + address_ + " after " +
                             std::to_string(msSince(start)) + " ms: " + lastError);
+    }
+    if (options_.onWaiting && Clock::now() >= nextProgress) {
+      options_.onWaiting(lastError, until);
+      nextProgress = Clock::now() + options_.progressInterval;
     }
     std::uniform_real_distribution<double> jitter(0.5, 1.5);
     auto pause = milliseconds(static_cast<long long>(backoff.count() * jitter(rng)) + 1);

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -54,6 +55,12 @@ struct TcpStoreOptions {
   /// The store's shared secret, presented (DTRUN_AUTH) on every connection before any other
   /// request; empty: none. Only dtrun's server knows DTRUN_AUTH.
   std::string token;
+  /// While a connect keeps failing: called every `progressInterval` on the connecting thread
+  /// with the last error and the connect deadline, so that a waiting caller can say why it
+  /// waits (unset: silent).
+  std::function<void(const std::string& error, std::chrono::steady_clock::time_point until)>
+      onWaiting;
+  std::chrono::milliseconds progressInterval = std::chrono::seconds(5);
 };
 
 class TcpStore : public Store {
