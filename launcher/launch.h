@@ -1,4 +1,5 @@
-// The main job: host the store when this node is the rendezvous host, then run the agent.
+// The main job: plan the launch (launcher/launch_plan.h), serve the store when the plan says so,
+// then run the agent with the job link the plan names.
 #pragma once
 
 #include <string>
@@ -12,12 +13,5 @@ namespace dtrun::launcher {
 /// `userFds`: the descriptors the user handed dtrun (common/spawn.h inheritedDescriptors()),
 /// passed on to every worker. Blocks until the job ends on this node.
 int runLaunch(const agent::LaunchConfig& config, const std::vector<int>& userFds);
-
-/// torch's _matches_machine_hostname: localhost, a loopback address, this machine's host name
-/// or canonical name, or a name or address that resolves to one of this machine's addresses.
-bool matchesThisMachine(const std::string& host);
-
-/// This machine's fully qualified name (Python's socket.getfqdn()), else its host name.
-std::string fullyQualifiedHostName();
 
 }  // namespace dtrun::launcher

@@ -225,6 +225,24 @@ def include_exclude(case):
           f"--exclude {HOSTS[0]}: the second host alone, as node 0")
 
 
+def one_host_left(case):
+    """A hostfile job reduced to one host by --exclude, that host named by a loopback address
+    other than 127.0.0.1: its store listens on that address, where the torch workers connect
+    (they used to wait in their store connect for torch's 30 minutes)."""
+    ckpt = case.dir / "ckpt"
+    (case.work / ".dtrun_env").write_text("GLOO_SOCKET_IFNAME=lo\n")
+    hostfile = case.hostfile(f"{HOSTS[0]} slots=2\n{HOSTS[1]} slots=2\n")
+    code = case.run(["--hostfile", hostfile, "--exclude", HOSTS[0], "--master-port",
+                     str(free_port()), str(REPO / "examples" / "ddp_train.py"), "--ckpt-dir",
+                     str(ckpt), "--steps", "4"], timeout=240)
+    check(code == 0, f"the job exits 0 (got {code})")
+    records = [json.loads(l) for l in (ckpt / "progress.jsonl").read_text().splitlines()]
+    finished = {r["rank"]: r for r in records if r["event"] == "finished"}
+    check(sorted(finished) == [0, 1], "ranks 0 and 1 of the one host left finished")
+    check(re.search(rf"^{re.escape(HOSTS[1])}: \[rank 0\] finished", case.output(), re.M)
+          is not None, f"rank 0 ran on {HOSTS[1]}")
+
+
 def unreachable_host(case):
     hostfile = case.hostfile(f"{HOSTS[0]} slots=1\n{DOWN} slots=1\n")
     code = case.run(["--hostfile", hostfile, "--no-python", PYTHON] + worker_args(case),
@@ -283,6 +301,7 @@ CASES = {
     "ranks_and_env": ranks_and_env,
     "include_exclude": include_exclude,
     "unreachable_host": unreachable_host,
+    "one_host_left": one_host_left,
     "ctrl_c": lambda c: stop_case(c, "ctrl_c"),
     "sigterm": lambda c: stop_case(c, "sigterm"),
     "launcher_killed": lambda c: stop_case(c, "launcher_killed"),
@@ -301,7 +320,7 @@ def main():
     if why:
         print(f"SKIP: {why}")
         return SKIP
-    if args.case == "ddp_two_hosts":
+    if args.case in ("ddp_two_hosts", "one_host_left"):
         try:
             subprocess.run([PYTHON, "-c", "import torch"], check=True, capture_output=True)
         except (OSError, subprocess.CalledProcessError):
