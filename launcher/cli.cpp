@@ -35,8 +35,10 @@ constexpr std::string_view kDtrun = "dtrun options";
 constexpr std::string_view kPet = "PET";
 
 // In torchrun's order, so the help reads like torchrun's (and `dtrun launch` forwards them in it).
-constexpr std::array<OptionSpec, 41> kOptions{{
+constexpr std::array<OptionSpec, 42> kOptions{{
     {"help", "-h", OptionKind::kHelp, "", "", "show this help message and exit"},
+    {"version", "", OptionKind::kVersion, "", "", "show dtrun's version and commit and exit", "",
+     "", false},
     // Worker/node size.
     {"nnodes", "", OptionKind::kValue, kSize, kPet,
      "Number of nodes, or the range of nodes in form MIN:MAX. (default: 1:1)"},
@@ -213,20 +215,22 @@ std::string uuidIntString() {
 // --rdzv-backend. dtrun defaults to c10d; a command line in torchrun's legacy static form
 // (--master-addr/--master-port/--node-rank without --rdzv-endpoint) keeps running static, as it
 // does under newest torchrun, whose auto single-node switch needs none of them.
-std::string chooseBackend(const ParsedOptions& t, bool haveEndpoint, bool staticByDefault) {
+agent::RendezvousBackend chooseBackend(const ParsedOptions& t, bool haveEndpoint,
+                                       bool staticByDefault) {
+  using agent::RendezvousBackend;
   if (const auto* g = t.value("rdzv_backend")) {
     // torchrun's two etcd backends (etcd: v2 API, etcd-v2: the newer one, also v2) are one
     // here, speaking etcd's v3 API (docs/rendezvous.md, "The etcd backend").
-    if (g->value == "etcd" || g->value == "etcd-v2") return "etcd";
-    if (g->value != "c10d" && g->value != "static") {
-      throw UsageError(g->source + ": invalid value '" + g->value +
-                       "': expected c10d, static or etcd (etcd-v2)");
-    }
-    return g->value;
+    if (g->value == "etcd" || g->value == "etcd-v2") return RendezvousBackend::kEtcd;
+    if (g->value == "c10d") return RendezvousBackend::kC10d;
+    if (g->value == "static") return RendezvousBackend::kStatic;
+    throw UsageError(g->source + ": invalid value '" + g->value +
+                     "': expected c10d, static or etcd (etcd-v2)");
   }
-  if (staticByDefault) return "static";  // torch.distributed.launch: get_args_parser's default
+  // torch.distributed.launch: get_args_parser's default
+  if (staticByDefault) return RendezvousBackend::kStatic;
   bool legacy = t.given("master_addr") || t.given("master_port") || t.given("node_rank");
-  return !haveEndpoint && legacy ? "static" : "c10d";
+  return !haveEndpoint && legacy ? RendezvousBackend::kStatic : RendezvousBackend::kC10d;
 }
 
 // Port 0 asks the OS for a free port, which only the agent that binds it learns.
@@ -325,13 +329,13 @@ void resolveRendezvous(LaunchConfig& cfg, const ParsedOptions& t, const Invocati
                              ": the rendezvous listens on a free local port that no other agent "
                              "can know, so the job runs on this node alone");
     }
-    r.backend = "c10d";
+    r.backend = agent::RendezvousBackend::kC10d;
     r.host = "localhost";
     r.port = 0;
     r.runId = randomUuid4();
     return;
   }
-  if (r.backend == "static") {
+  if (r.backend == agent::RendezvousBackend::kStatic) {
     resolveStaticEndpoint(cfg, t, endpoint, rules);
     return;
   }
@@ -339,9 +343,9 @@ void resolveRendezvous(LaunchConfig& cfg, const ParsedOptions& t, const Invocati
     cfg.warnings.push_back(
         "--master-addr, --master-port and --node-rank are only used by the static rendezvous "
         "backend; ignored with " +
-        r.backend);
+        std::string(agent::backendName(r.backend)));
   }
-  if (r.backend == "etcd") {
+  if (r.backend == agent::RendezvousBackend::kEtcd) {
     if (!endpoint) {
       throw UsageError(
           "--rdzv-backend etcd needs --rdzv-endpoint: the etcd members, comma-separated "
@@ -382,7 +386,7 @@ void resolveStoreToken(LaunchConfig& cfg, const Env& env) {
     source = "DTRUN_RDZV_TOKEN_FILE";
     path = it->second;
   }
-  if (r.backend == "etcd") {
+  if (r.backend == agent::RendezvousBackend::kEtcd) {
     // etcd is the store there, and has its own authentication.
     if (source == "DTRUN_RDZV_TOKEN_FILE") {
       cfg.warnings.push_back(source +

@@ -5,6 +5,8 @@
 #include <cctype>
 #include <cstdio>
 
+#include "launcher/version.h"
+
 namespace dtrun::launcher {
 namespace {
 
@@ -262,6 +264,7 @@ ParsedOptions OptionParser::parse(const std::vector<std::string>& args) const {
     while (true) {
       const OptionSpec& o = *c.spec;
       if (o.kind == OptionKind::kHelp) throw HelpRequested(helpText());
+      if (o.kind == OptionKind::kVersion) throw HelpRequested(versionText() + "\n");
       if (o.kind == OptionKind::kFlag) {
         t.flags_[std::string(o.dest)] = c.name;
         if (!c.explicitValue) break;

@@ -37,9 +37,10 @@ class HelpRequested : public std::exception {
 };
 
 enum class OptionKind {
-  kValue,  ///< takes one value: --name VALUE, --name=VALUE, -x VALUE, -xVALUE
-  kFlag,   ///< takes none; on when given
-  kHelp,   ///< prints the help (HelpRequested)
+  kValue,    ///< takes one value: --name VALUE, --name=VALUE, -x VALUE, -xVALUE
+  kFlag,     ///< takes none; on when given
+  kHelp,     ///< prints the help (HelpRequested)
+  kVersion,  ///< prints dtrun's version and commit (HelpRequested with launcher/version.h's text)
 };
 
 /// One option. The long names come from `dest`: --a-b, and also --a_b for a multi-word dest.

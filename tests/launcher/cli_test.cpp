@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "common/file_util.h"
+#include "launcher/version.h"
 #include "tests/support/fake_devices.h"
 #include "tests/support/test_support.h"
 
@@ -117,7 +118,7 @@ TEST_CASE("defaults follow newest torchrun, with dtrun's c10d and signals", "[la
   CHECK(cfg.nprocPerNode == 1);
   CHECK(cfg.rdzv.minNodes == 1);
   CHECK(cfg.rdzv.maxNodes == 1);
-  CHECK(cfg.rdzv.backend == "c10d");
+  CHECK(cfg.rdzv.backend == dtrun::agent::RendezvousBackend::kC10d);
   CHECK(cfg.rdzv.host == "localhost");
   CHECK(cfg.rdzv.port == 0);  // single node: a free port, as newest torchrun
   CHECK(isUuid4(cfg.rdzv.runId));
@@ -185,7 +186,8 @@ std::vector<Case> everyOption() {
   return {
       {"nnodes", "2:4", [](auto& c) { return c.rdzv.minNodes == 2 && c.rdzv.maxNodes == 4; }},
       {"nproc_per_node", "3", [](auto& c) { return c.nprocPerNode == 3; }},
-      {"rdzv_backend", "static", [](auto& c) { return c.rdzv.backend == "static"; }},
+      {"rdzv_backend", "static",
+       [](auto& c) { return c.rdzv.backend == dtrun::agent::RendezvousBackend::kStatic; }},
       {"rdzv_endpoint", "head:1234",
        [](auto& c) { return c.rdzv.host == "head" && c.rdzv.port == 1234; }},
       {"rdzv_id", "job7", [](auto& c) { return c.rdzv.runId == "job7"; }},
@@ -625,7 +627,7 @@ TEST_CASE("rdzv-conf: torch's keys and defaults, other keys kept", "[launcher][c
 TEST_CASE("rdzv-endpoint: torch's parse_rendezvous_endpoint", "[launcher][cli]") {
   auto ep = [](const std::string& v) {
     auto cfg = parse({"--rdzv-endpoint", v, "train.py"});
-    CHECK(cfg.rdzv.backend == "c10d");
+    CHECK(cfg.rdzv.backend == dtrun::agent::RendezvousBackend::kC10d);
     return std::make_pair(cfg.rdzv.host, static_cast<int>(cfg.rdzv.port));
   };
   CHECK(ep("head") == std::make_pair(std::string("head"), 29400));
@@ -660,7 +662,7 @@ TEST_CASE("backend, endpoint and run id: c10d by default, torchrun's static form
           "[launcher][cli]") {
   SECTION("c10d without an endpoint") {
     auto cfg = parse({"--nnodes", "2", "train.py"});
-    CHECK(cfg.rdzv.backend == "c10d");
+    CHECK(cfg.rdzv.backend == dtrun::agent::RendezvousBackend::kC10d);
     CHECK(cfg.rdzv.host == "localhost");
     CHECK(cfg.rdzv.port == 29400);
     CHECK(cfg.rdzv.runId == "none");
@@ -698,20 +700,22 @@ TEST_CASE("backend, endpoint and run id: c10d by default, torchrun's static form
   SECTION("torchrun's legacy static form stays static") {
     auto cfg = parse({"--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1",
                       "--master-port", "1234", "train.py"});
-    CHECK(cfg.rdzv.backend == "static");
+    CHECK(cfg.rdzv.backend == dtrun::agent::RendezvousBackend::kStatic);
     CHECK(cfg.rdzv.host == "10.0.0.1");
     CHECK(cfg.rdzv.port == 1234);
     CHECK(cfg.rdzv.nodeRank == 1);
     CHECK(cfg.rdzv.runId == "none");
     CHECK(cfg.warnings.empty());
     cfg = parse({"--master-addr", "head", "train.py"});
-    CHECK(cfg.rdzv.backend == "static");
+    CHECK(cfg.rdzv.backend == dtrun::agent::RendezvousBackend::kStatic);
     CHECK(cfg.rdzv.port == 29500);
-    CHECK(parse({"train.py"}, {{"PET_MASTER_PORT", "2000"}}).rdzv.backend == "static");
-    CHECK(parse({"--node-rank", "0", "train.py"}).rdzv.backend == "static");
+    CHECK(parse({"train.py"}, {{"PET_MASTER_PORT", "2000"}}).rdzv.backend ==
+          dtrun::agent::RendezvousBackend::kStatic);
+    CHECK(parse({"--node-rank", "0", "train.py"}).rdzv.backend ==
+          dtrun::agent::RendezvousBackend::kStatic);
     // With an endpoint the legacy options do not choose static.
     cfg = parse({"--master-addr", "head", "--rdzv-endpoint", "e", "train.py"});
-    CHECK(cfg.rdzv.backend == "c10d");
+    CHECK(cfg.rdzv.backend == dtrun::agent::RendezvousBackend::kC10d);
     CHECK(cfg.rdzv.host == "e");
     CHECK(cfg.warnings.size() == 1);
   }
@@ -760,7 +764,7 @@ TEST_CASE("backend, endpoint and run id: c10d by default, torchrun's static form
   }
   SECTION("legacy options with c10d are ignored, with a warning") {
     auto cfg = parse({"--rdzv-backend", "c10d", "--master-addr", "x", "train.py"});
-    CHECK(cfg.rdzv.backend == "c10d");
+    CHECK(cfg.rdzv.backend == dtrun::agent::RendezvousBackend::kC10d);
     CHECK(cfg.rdzv.port == 0);
     REQUIRE(cfg.warnings.size() == 1);
     CHECK_THAT(cfg.warnings[0], Contains("only used by the static rendezvous backend"));
@@ -771,14 +775,15 @@ TEST_CASE("standalone overrides the rendezvous options", "[launcher][cli]") {
   auto cfg = parse({"--standalone", "--rdzv-backend", "static", "--rdzv-endpoint", "h:1",
                     "--rdzv-id", "mine", "train.py"});
   CHECK(cfg.standalone);
-  CHECK(cfg.rdzv.backend == "c10d");
+  CHECK(cfg.rdzv.backend == dtrun::agent::RendezvousBackend::kC10d);
   CHECK(cfg.rdzv.host == "localhost");
   CHECK(cfg.rdzv.port == 0);
   CHECK(isUuid4(cfg.rdzv.runId));
   REQUIRE(cfg.warnings.size() == 1);
   CHECK_THAT(cfg.warnings[0], Contains("--standalone ignores"));
   CHECK(parse({"--standalone", "train.py"}).warnings.empty());
-  CHECK(parse({"--standalone", "--master-addr", "x", "train.py"}).rdzv.backend == "c10d");
+  CHECK(parse({"--standalone", "--master-addr", "x", "train.py"}).rdzv.backend ==
+        dtrun::agent::RendezvousBackend::kC10d);
   // With MIN 1 it runs alone after the last call; with MIN > 1 it could never start.
   auto alone = parse({"--standalone", "--nnodes", "1:2", "train.py"});
   REQUIRE(alone.warnings.size() == 1);
@@ -1021,6 +1026,22 @@ TEST_CASE("dtrun's own options and variables", "[launcher][cli]") {
     CHECK(cfg.eventLog == "f");
     CHECK(cfg.eventLogHandler == "console");
   }
+}
+
+TEST_CASE("--version prints the version and the commit, before the script only",
+          "[launcher][cli]") {
+  std::string text;
+  try {
+    parse({"--nnodes", "2", "--version", "train.py"});
+  } catch (const HelpRequested& h) {
+    text = h.text();
+  }
+  CHECK(text == versionText() + "\n");
+  CHECK_THAT(text, StartsWith("dtrun "));
+  CHECK_THAT(text, Contains(" (commit "));
+  // After the script it is the script's, and not a prefix of anything of dtrun's.
+  CHECK(parse({"train.py", "--version"}).scriptArgs == Args{"--version"});
+  CHECK_THAT(usageError({"--vers", "train.py"}), Contains("unrecognized arguments: --vers"));
 }
 
 TEST_CASE("help groups the options as torchrun does, dtrun's last", "[launcher][cli]") {
