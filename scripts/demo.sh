@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The dtrun demo: builds dtrun (./scripts/setup.sh), then runs a 2-worker job under
+# The dtrun demo: builds dtrun (./scripts/setup.sh demo: the packages the build and the demo
+# need, and the dtrun target alone), then runs a 2-worker job under
 # `dtrun --standalone` in which rank 1 fails once mid-run; dtrun stops the other worker,
 # restarts both, they resume from the last checkpoint and finish.
 #
@@ -25,8 +26,8 @@ esac
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-say "building dtrun (scripts/setup.sh)"
-./scripts/setup.sh | tail -n 1
+say "building dtrun (scripts/setup.sh demo)"
+./scripts/setup.sh demo | tail -n 1
 dtrun="$repo/${DTRUN_BUILD_DIR:-build}/bin/dtrun"
 python=${DTRUN_SYSTEM_PYTHON:-/usr/bin/python3}
 if [[ $native == 0 ]] && ! "$python" -c 'import torch' 2>/dev/null; then
