@@ -35,6 +35,7 @@ TEST_PACKAGES=(
   slurmctld slurmd slurm-client munge # the Slurm integration tests
   openssh-server openssh-client     # dtrun --hostfile: the multi-host tests run their own sshd
   etcd-server etcd-client python3-etcd # the etcd backend's tests and torchrun's etcd-v2 in the bench
+  dpkg-dev                          # dpkg-shlibdeps: the .deb package test (cpack)
 )
 PACKAGES=("${BUILD_PACKAGES[@]}" "${DEMO_PACKAGES[@]}")
 if [[ $mode == test ]]; then PACKAGES+=("${TEST_PACKAGES[@]}"); fi

@@ -17,3 +17,13 @@ echo "$out" | grep -Eq "^dtrun $version \(commit ([0-9a-f]{7,}(-dirty)?|unknown)
 ls "$prefix"/lib*/libdtrun_worker* >/dev/null 2>&1 || ls "$prefix"/lib/*/libdtrun_worker* \
   >/dev/null 2>&1 || fail "the worker library is not installed"
 echo "ok: $prefix/bin/dtrun installed and runs"
+
+# The Debian package (CPack) holds the same dtrun, and depends on the C library only.
+pkgdir=$prefix/package
+cpack -G DEB --config "$build/CPackConfig.cmake" -B "$pkgdir" >/dev/null
+deb=$(ls "$pkgdir"/dtrun_*.deb) || fail "cpack wrote no dtrun_*.deb"
+dpkg-deb -c "$deb" | grep -q ' \./usr/bin/dtrun$' || fail "$deb holds no ./usr/bin/dtrun"
+depends=$(dpkg-deb -f "$deb" Depends)
+echo "$deb: Depends: $depends"
+echo "$depends" | grep -q 'libc6' || fail "the package does not depend on libc6"
+echo "ok: $deb installs /usr/bin/dtrun"
