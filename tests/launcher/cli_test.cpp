@@ -1028,7 +1028,7 @@ TEST_CASE("dtrun's own options and variables", "[launcher][cli]") {
   }
 }
 
-TEST_CASE("--version prints the version and the commit, before the script only",
+TEST_CASE("version: --version prints the version and the commit, before the script only",
           "[launcher][cli]") {
   std::string text;
   try {
