@@ -248,10 +248,11 @@ AccelerateConfig loadAccelerateConfig(const fs::path& path) {
     erase(dict, "dynamo_config");
     dict.fields.emplace_back("dynamo_config", section);
   }
-  for (const auto& [key, value] : dict.fields) {
-    auto same = [&](const auto& f) { return f.first == key; };
+  for (const auto& entry : dict.fields) {
+    auto same = [&](const auto& f) { return f.first == entry.first; };
     if (std::none_of(kFields.begin(), kFields.end(), same)) {
-      throw UsageError(name + ": unknown key '" + key + "' (not one of accelerate's config keys)");
+      throw UsageError(name + ": unknown key '" + entry.first +
+                       "' (not one of accelerate's config keys)");
     }
   }
   // cls(**config_dict), in field order, with the defaults; an empty section is a dict.
