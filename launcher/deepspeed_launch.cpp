@@ -146,12 +146,18 @@ void multiHost(FrontEndRun& run, const ParsedOptions& p, const DeepSpeedResource
   auto& c = run.command;
   c.option("hostfile", res.hostfile);
   c.option("include", includeSpec(res.hosts));
-  if (const auto* g = p.value("master_addr"); g && !g->value.empty())
+  if (const auto* g = p.value("master_addr"); g && !g->value.empty()) {
     c.option("master_addr", g->value);
-  if (p.given("master_port"))
+  }
+  if (p.given("master_port")) {
     c.option("master_port", std::to_string(*p.integer("master_port", 1, 65535)));
-  if (auto port = p.integer("ssh_port", 1, 65535))
+  }
+  if (p.given("ssh_port") && p.given("ssh_command")) {
+    refuse(p, "ssh_port", "not with --ssh-command, which says how to reach the hosts");
+  }
+  if (auto port = p.integer("ssh_port", 1, 65535)) {
     c.option("ssh_command", "ssh -p " + std::to_string(*port));
+  }
   const fs::path workDir = host.workDir.empty() ? fs::current_path() : host.workDir;
   run.hostEnv = deepSpeedExports(env, workDir);
   run.caveats.push_back(

@@ -4,6 +4,7 @@
 #include <array>
 #include <string_view>
 
+#include "launcher/multi_host_plan.h"
 #include "launcher/shell_words.h"
 #include "launcher/slurm.h"
 
@@ -24,10 +25,12 @@ std::vector<OptionSpec> copies(std::initializer_list<std::span<const std::string
   std::vector<OptionSpec> out;
   for (auto list : lists) {
     for (auto dest : list) {
-      for (const auto& o : torchrunOptions()) {
-        if (o.dest != dest) continue;
-        // No short name and no prefixes: the other launcher's options keep theirs.
-        out.emplace_back(o.dest, "", o.kind, kGroup, o.env, o.help, o.metavar, o.alias, false);
+      for (auto table : {torchrunOptions(), hostfileOptions()}) {
+        for (const auto& o : table) {
+          if (o.dest != dest) continue;
+          // No short name and no prefixes: the other launcher's options keep theirs.
+          out.emplace_back(o.dest, "", o.kind, kGroup, o.env, o.help, o.metavar, o.alias, false);
+        }
       }
     }
   }
@@ -41,8 +44,9 @@ const std::vector<OptionSpec>& accelerateExtras() {
 }
 
 const std::vector<OptionSpec>& deepSpeedExtras() {
-  static constexpr std::array<std::string_view, 4> kOwn{"max_restarts", "monitor_interval", "tee",
-                                                        "log_dir"};
+  // And how dtrun reaches the hosts of a hostfile (DeepSpeed's pdsh has no such option).
+  static constexpr std::array<std::string_view, 6> kOwn{
+      "max_restarts", "monitor_interval", "tee", "log_dir", "ssh_command", "remote_dtrun"};
   static const std::vector<OptionSpec> v = copies({kShared, kOwn});
   return v;
 }

@@ -25,7 +25,7 @@ enum class FrontEnd { kAccelerate, kDeepSpeed };
 /// --file-timer, --stall-timeout, ...), exact names only so that the other launcher's own
 /// abbreviations keep their meaning. accelerate has --max-restarts, --monitor-interval, --tee and
 /// --log-dir of its own and gets --log-level; DeepSpeed has --log_level of its own and gets the
-/// four others.
+/// four others, and --ssh-command and --remote-dtrun for a hostfile's hosts.
 std::span<const OptionSpec> frontEndDtrunOptions(FrontEnd which);
 
 /// True when `o` is an entry of frontEndDtrunOptions() (either front-end's).

@@ -175,6 +175,11 @@ TEST_CASE("several hosts: dtrun's --hostfile path with DeepSpeed's selection and
   const auto& p = *some.invocation.multiHost;
   CHECK(p.hosts == std::vector<HostSlots>{{"worker-0", {0, 1, 2, 3}}, {"worker-2", {0, 2}}});
   CHECK(p.sshCommand == Args{"ssh", "-p", "2222"});
+  // dtrun's own --ssh-command says how to reach the hosts (not with --ssh_port).
+  auto viaConfig = f.launch({"-H", hosts, "--ssh-command", "ssh -F my.cfg", "train.py"});
+  CHECK(viaConfig.invocation.multiHost->sshCommand == Args{"ssh", "-F", "my.cfg"});
+  CHECK(f.error({"-H", hosts, "--ssh_port=2", "--ssh-command=ssh", "train.py"}) ==
+        "--ssh_port: not with --ssh-command, which says how to reach the hosts");
   CHECK(p.masterAddr == "10.0.0.1");
   CHECK(p.masterPort == 7000);
   CHECK(f.error({"-H", hosts, "--num_gpus=8", "train.py"}) ==
