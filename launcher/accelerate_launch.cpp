@@ -7,6 +7,7 @@
 
 #include "common/cpu_topology.h"
 #include "common/devices.h"
+#include "common/host_port.h"
 #include "launcher/accelerate_config.h"
 #include "launcher/accelerate_env.h"
 #include "launcher/accelerate_options.h"
@@ -226,10 +227,6 @@ AcceleratePath dispatch(const Merged& m) {
   return AcceleratePath::kSimple;
 }
 
-std::string hostPort(const std::string& host, const std::string& port) {
-  return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + port;
-}
-
 // The rendezvous and sizes of the torchrun-agent paths (prepare_multi_gpu_env's arguments).
 void torchrunShape(FrontEndRun& run, const AccelerateArgs& a) {
   auto& c = run.command;
@@ -248,8 +245,12 @@ void torchrunShape(FrontEndRun& run, const AccelerateArgs& a) {
     if (a.get("machine_rank").isNone()) {
       throw UsageError("--machine_rank: needed with several machines");
     }
-    const std::string p = port.isNone() ? "29500" : std::to_string(integer(a, "main_process_port"));
-    if (p == "0") {
+    const std::int64_t p = port.isNone() ? 29500 : integer(a, "main_process_port");
+    if (p < 0 || p > 65535) {
+      throw UsageError(a.source("main_process_port", "--main_process_port") + " " +
+                       std::to_string(p) + ": expected a port from 1 to 65535");
+    }
+    if (p == 0) {
       throw UsageError(a.source("main_process_port", "--main_process_port") +
                        " 0 with several machines: the others cannot find a free port chosen "
                        "here; give a port");
@@ -260,9 +261,9 @@ void torchrunShape(FrontEndRun& run, const AccelerateArgs& a) {
     c.option("rdzv_backend", backend);
     if (on(a, "same_network")) {
       c.option("master_addr", ip.text());
-      c.option("master_port", p);
+      c.option("master_port", std::to_string(p));
     } else {
-      c.option("rdzv_endpoint", hostPort(ip.text(), p));
+      c.option("rdzv_endpoint", hostPortText(ip.text(), static_cast<std::uint16_t>(p)));
     }
     return;
   }

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <climits>
 
+#include "common/host_port.h"
 #include "launcher/deepspeed_resources.h"
 #include "launcher/shell_words.h"
 
@@ -88,10 +89,6 @@ void refuse(const ParsedOptions& p, const char* dest, const std::string& why) {
   if (!p.given(dest)) return;
   const auto* g = p.value(dest);
   throw UsageError((g ? g->source : p.flagSource(dest)) + ": " + why);
-}
-
-std::string hostPort(const std::string& host, const std::string& port) {
-  return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + port;
 }
 
 std::string joined(const std::vector<int>& slots) {
@@ -241,7 +238,7 @@ FrontEndRun translateDeepSpeed(const std::vector<std::string>& args, const Env& 
       c.option("master_port", std::to_string(port.value_or(29500)));
     } else if (!port || *port == 0) {
       // One machine: nobody else needs the port, so a free one (DeepSpeed: 29500).
-      c.option("rdzv_endpoint", hostPort(addr.empty() ? "127.0.0.1" : addr, "0"));
+      c.option("rdzv_endpoint", hostPortText(addr.empty() ? "127.0.0.1" : addr, 0));
       run.caveats.push_back("The store listens on a free port (DeepSpeed: 29500).");
     } else {
       c.option("rdzv_backend", "static");

@@ -52,7 +52,8 @@ TEST_CASE("accelerate's default config file: HF_HOME, then XDG_CACHE_HOME, then 
 TEST_CASE("the tutorial's config: every field, in ClusterConfig's order",
           "[launcher][accelerate]") {
   Files f;
-  auto cfg = loadAccelerateConfig(f.write("default_config.yaml", testing::kTutorialAccelerateConfig));
+  auto cfg =
+      loadAccelerateConfig(f.write("default_config.yaml", testing::kTutorialAccelerateConfig));
   CHECK(cfg.get("distributed_type") == PyValue::str("MULTI_GPU"));
   CHECK(cfg.get("mixed_precision") == PyValue::str("no"));
   CHECK(cfg.get("num_processes") == PyValue::integer(2));

@@ -71,7 +71,7 @@ TEST_CASE("the file's rdzv_backend, same_network and enable_cpu_affinity are ign
   auto c = f.config({"--config_file", cfg, "t.py"});
   // num_processes is the job's: 8 over 2 machines is 4 each.
   CHECK(c.nprocPerNode == 4);
-  CHECK(c.rdzv.backend == "static");
+  CHECK(c.rdzv.backend == agent::RendezvousBackend::kStatic);
   CHECK(c.rdzv.maxNodes == 2);
   CHECK(c.rdzv.nodeRank == 1);
   CHECK(c.rdzv.host == "10.0.0.1");
@@ -80,7 +80,7 @@ TEST_CASE("the file's rdzv_backend, same_network and enable_cpu_affinity are ign
   // On the command line they count.
   auto cli = f.config({"--config_file", cfg, "--same_network", "--rdzv_backend=c10d",
                        "--enable_cpu_affinity", "t.py"});
-  CHECK(cli.rdzv.backend == "c10d");
+  CHECK(cli.rdzv.backend == agent::RendezvousBackend::kC10d);
   CHECK(cli.givenOptions.count("master_addr") == 1);
   CHECK(cli.baseEnv.at("ACCELERATE_CPU_AFFINITY") == "1");
   // Floor division, unchecked by accelerate: 5 over 2 machines is 2 each.
@@ -101,10 +101,10 @@ TEST_CASE("one machine: a free port unless one is given, and 127.0.0.1", "[launc
   auto zero = f.config({"--multi_gpu", "--num_processes=2", "--main_process_port=0", "t.py"});
   CHECK(zero.rdzv.port == 0);
   auto fixed = f.config({"--multi_gpu", "--num_processes=2", "--main_process_port=29555", "t.py"});
-  CHECK(fixed.rdzv.backend == "static");
+  CHECK(fixed.rdzv.backend == agent::RendezvousBackend::kStatic);
   CHECK(fixed.rdzv.port == 29555);
   auto c10d = f.config({"--multi_gpu", "--num_processes=2", "--rdzv_backend=c10d", "t.py"});
-  CHECK(c10d.rdzv.backend == "c10d");
+  CHECK(c10d.rdzv.backend == agent::RendezvousBackend::kC10d);
   CHECK(c10d.rdzv.port == 0);
 }
 

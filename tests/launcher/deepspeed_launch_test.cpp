@@ -116,7 +116,7 @@ TEST_CASE("oracle 7: the tutorial's 'manual multi-node' flags after the script a
   auto before = f.config({"--master_addr", "10.0.0.9", "--master_port", "6000", "train.py"});
   CHECK(before.rdzv.host == "127.0.0.1");
   CHECK(before.rdzv.port == 6000);
-  CHECK(before.rdzv.backend == "static");
+  CHECK(before.rdzv.backend == agent::RendezvousBackend::kStatic);
 }
 
 TEST_CASE("oracle 9: a failed worker's own exit code; --no_local_rank, --module, --no_python",

@@ -113,7 +113,7 @@ TEST_CASE("a hostfile of one host runs here; --no_ssh runs this machine's part",
   // --no_ssh: node --node_rank of the hostfile's, static at the first host unless given.
   auto node1 = f.config({"-H", two, "--no_ssh", "--node_rank=1", "train.py"});
   CHECK(node1.nprocPerNode == 2);
-  CHECK(node1.rdzv.backend == "static");
+  CHECK(node1.rdzv.backend == agent::RendezvousBackend::kStatic);
   CHECK(node1.rdzv.maxNodes == 2);
   CHECK(node1.rdzv.nodeRank == 1);
   CHECK(node1.rdzv.host == "worker-0");
