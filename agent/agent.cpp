@@ -68,6 +68,7 @@ PolicySettings policySettings(const LaunchConfig& config, const AgentContext& co
   s.servesOthers = job.servesOthers();
   s.dumpStacks = config.dumpStacks;
   s.exitBarrierTimeout = config.exitBarrierTimeout;
+  s.exitCode = config.exitCode;
   return s;
 }
 

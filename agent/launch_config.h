@@ -62,6 +62,20 @@ struct RendezvousConfig {
   std::string localAddr;  ///< --local-addr: how other nodes reach this one ("" = hostname)
 };
 
+/// Which launcher's per-worker variables the workers get (--worker-variables). The front-ends
+/// for other launchers (launcher/front_end.h) choose the one their launcher gives.
+enum class WorkerVariables {
+  kTorchrun,   ///< torchrun's: RANK, LOCAL_RANK, WORLD_SIZE, GROUP_RANK, TORCHELASTIC_*, ...
+  kDeepSpeed,  ///< torchrun's, and DeepSpeed's launcher's CROSS_RANK, CROSS_SIZE, LOCAL_SIZE
+  kNone,       ///< none: the launcher's environment only (accelerate's single-process launcher)
+};
+
+/// What dtrun's exit code says of a failed job (--exit-code).
+enum class ExitCodeRule {
+  kTorchrun,  ///< 1, whatever failed (torchrun's)
+  kWorker,    ///< the first failed worker's own code, 256-N for signal N (DeepSpeed's launcher)
+};
+
 struct LaunchConfig {
   // What to run.
   std::vector<std::string> entrypoint;  ///< argv before the script's own arguments
@@ -85,6 +99,8 @@ struct LaunchConfig {
   bool agentStore = true;  ///< false: worker rank 0 hosts MASTER_PORT, as torchrun 1.13
   bool standalone = false;
   bool stopOnStdinClose = false;  ///< --stop-on-stdin-close (the launcher watches stdin)
+  WorkerVariables workerVariables = WorkerVariables::kTorchrun;  ///< --worker-variables
+  ExitCodeRule exitCode = ExitCodeRule::kTorchrun;               ///< --exit-code
 
   RendezvousConfig rdzv;
 

@@ -358,9 +358,10 @@ void Policy::on(const event::FailuresRead& e) {
   std::vector<ProcessFailure> failures = e.failures.empty() ? localFailures_ : e.failures;
   std::sort(failures.begin(), failures.end(),
             [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  const int code = failedJobExitCode(settings_.exitCode, failures);
   if (!failures.empty()) emit(action::PrintReport{std::move(failures)});
   emit(action::Record{"shutdown", {{"reason", "failed"}, {"round", round_.round}}});
-  finish(1);
+  finish(code);
 }
 
 void Policy::on(const event::JobLost& e) {
@@ -435,6 +436,15 @@ void Policy::leaveLostAfterSuccess(const std::string& why) {
 
 void Policy::on(const event::FinishTimerExpired&) {
   if (state_ == State::kFinishing) finish(0);
+}
+
+int failedJobExitCode(ExitCodeRule rule, const std::vector<ProcessFailure>& failures) {
+  if (rule == ExitCodeRule::kTorchrun || failures.empty()) return 1;
+  const int code = failures[rootCauseIndex(failures)].exitCode;
+  // launch.py exits with the child's returncode, which Python makes -N for signal N; the exit
+  // status keeps its low byte.
+  if (code < 0) return 256 + code;
+  return code == 0 ? 1 : code;
 }
 
 void Policy::finish(int code) {

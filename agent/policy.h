@@ -31,6 +31,7 @@
 #include "agent/exit_status.h"
 #include "agent/failure_report.h"
 #include "agent/job_link.h"
+#include "agent/launch_config.h"
 #include "rendezvous/dynamic_rendezvous.h"
 
 namespace dtrun::agent {
@@ -185,7 +186,13 @@ struct PolicySettings {
   /// How long a node whose workers all succeeded waits for the others' outcome once a member
   /// stopped answering (it never runs its workers again).
   std::chrono::milliseconds exitBarrierTimeout = std::chrono::seconds(300);
+  ExitCodeRule exitCode = ExitCodeRule::kTorchrun;  ///< what a failed job exits with
 };
+
+/// The exit code of a job that failed with `failures` (the final round's, any order) under
+/// `rule`: 1 for kTorchrun; for kWorker the root cause's own exit code, 256-N when signal N
+/// ended it (DeepSpeed's launch.py), 1 when there is none. Pure.
+int failedJobExitCode(ExitCodeRule rule, const std::vector<ProcessFailure>& failures);
 
 class Policy {
  public:

@@ -20,6 +20,16 @@ std::vector<std::string> workerEnv(const LaunchConfig& config, const rendezvous:
                                    const std::string& errorFile,
                                    const std::map<std::string, std::string>& extra) {
   std::map<std::string, std::string> env = config.baseEnv;
+  auto finish = [&] {
+    for (const auto& [k, v] : extra) env[k] = v;
+    std::vector<std::string> out;
+    out.reserve(env.size());
+    for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+    return out;
+  };
+  // accelerate's single-process launcher gives its one process no rank at all: the script then
+  // runs undistributed (or takes its ranks from an MPI launcher's variables).
+  if (config.workerVariables == WorkerVariables::kNone) return finish();
   const int rank = round.rankOffset + localRank;
   // Role ranks: the prefix sum over nodes of the same role, in group rank order. The round
   // carries every node's description only when roles differ; otherwise role ranks are ranks.
@@ -69,11 +79,15 @@ std::vector<std::string> workerEnv(const LaunchConfig& config, const rendezvous:
     }
     env["CUDA_VISIBLE_DEVICES"] = device;
   }
-  for (const auto& [k, v] : extra) env[k] = v;
-  std::vector<std::string> out;
-  out.reserve(env.size());
-  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
-  return out;
+  if (config.workerVariables == WorkerVariables::kDeepSpeed) {
+    // DeepSpeed's launch.py: the node's rank and count, and its worker count. Its LOCAL_RANK
+    // (RANK modulo the node's count, wrong for nodes of different sizes) is not copied: LOCAL_RANK
+    // stays the worker's index on its node.
+    env["CROSS_RANK"] = std::to_string(round.groupRank);
+    env["CROSS_SIZE"] = std::to_string(round.groupWorldSize);
+    env["LOCAL_SIZE"] = std::to_string(config.nprocPerNode);
+  }
+  return finish();
 }
 
 LinePrefixVars linePrefixVars(const LaunchConfig& config, const rendezvous::RoundInfo& round,

@@ -21,7 +21,8 @@ std::vector<std::string> workerArgv(const LaunchConfig& config, int localRank);
 
 /// The worker's whole environment as "KEY=value" entries: config.baseEnv plus RANK,
 /// LOCAL_RANK, WORLD_SIZE, GROUP_RANK, ROLE_RANK, MASTER_ADDR/PORT, TORCHELASTIC_* and the rest,
-/// for local rank `localRank` of this node in `round`. `errorFile` is its
+/// for local rank `localRank` of this node in `round`; with config.workerVariables kDeepSpeed
+/// also CROSS_RANK, CROSS_SIZE and LOCAL_SIZE, with kNone none of them. `errorFile` is its
 /// TORCHELASTIC_ERROR_FILE ("" = none). `extra` is set last, over everything else (the file
 /// timer's TORCHELASTIC_TIMER_FILE, the stack-dump PYTHONPATH).
 std::vector<std::string> workerEnv(const LaunchConfig& config, const rendezvous::RoundInfo& round,

@@ -35,7 +35,7 @@ constexpr std::string_view kDtrun = "dtrun options";
 constexpr std::string_view kPet = "PET";
 
 // In torchrun's order, so the help reads like torchrun's (and `dtrun launch` forwards them in it).
-constexpr std::array<OptionSpec, 42> kOptions{{
+constexpr std::array<OptionSpec, 44> kOptions{{
     {"help", "-h", OptionKind::kHelp, "", "", "show this help message and exit"},
     {"version", "", OptionKind::kVersion, "", "", "show dtrun's version and commit and exit", "",
      "", false},
@@ -176,6 +176,16 @@ constexpr std::array<OptionSpec, 42> kOptions{{
     {"log_level", "", OptionKind::kValue, kDtrun, "DTRUN_LOG_LEVEL",
      "dtrun's own log level: trace, debug, info, warn, error, critical or off. (default: "
      "$DTRUN_LOG_LEVEL, else torch's $LOGLEVEL, else warn)"},
+    {"worker_variables", "", OptionKind::kValue, kDtrun, "",
+     "Which launcher's per-worker variables the workers get: torchrun (RANK, LOCAL_RANK, "
+     "WORLD_SIZE, GROUP_RANK, TORCHELASTIC_* and the rest), deepspeed (torchrun's, and "
+     "DeepSpeed's CROSS_RANK = the node's rank, CROSS_SIZE = the node count, LOCAL_SIZE = the "
+     "node's worker count; no OMP_NUM_THREADS=1, which DeepSpeed does not set) or none (no per-worker variable at all: one process started with the "
+     "launcher's environment, as accelerate's single-process launcher; --nproc-per-node 1 "
+     "only). (default: torchrun)"},
+    {"exit_code", "", OptionKind::kValue, kDtrun, "",
+     "What a failed job exits with: torchrun (1) or worker (the exit code of the first worker "
+     "that failed, 256-N when signal N ended it, as DeepSpeed's launcher). (default: torchrun)"},
     {"stop_on_stdin_close", "", OptionKind::kFlag, kDtrun, "",
      "Stop the job, as SIGTERM does, when standard input reaches its end. dtrun --hostfile gives "
      "it to every agent it starts over ssh, so that a launcher gone for any reason stops them.",
@@ -442,7 +452,8 @@ void resolveWorkers(LaunchConfig& cfg, const ParsedOptions& t, const Env& env) {
 }
 
 // The worker command, as torchrun's config_from_args builds it.
-void resolveEntrypoint(LaunchConfig& cfg, const ParsedOptions& t, const Env& env) {
+void resolveEntrypoint(LaunchConfig& cfg, const ParsedOptions& t, const Env& env,
+                       const InvocationRules& rules) {
   cfg.script = *t.script();
   cfg.scriptArgs = t.scriptArgs();
   cfg.module = t.flag("module");
@@ -466,7 +477,8 @@ void resolveEntrypoint(LaunchConfig& cfg, const ParsedOptions& t, const Env& env
     cfg.entrypoint = {cfg.script};
     cfg.entrypointName = cfg.script;
   } else {
-    cfg.entrypoint = {cfg.python, "-u"};
+    cfg.entrypoint = {cfg.python};
+    if (rules.unbuffered) cfg.entrypoint.push_back("-u");
     if (cfg.module) cfg.entrypoint.push_back("-m");
     cfg.entrypoint.push_back(cfg.script);
     cfg.entrypointName = cfg.script;  // torch: the first argument not starting with '-'
@@ -521,6 +533,37 @@ void resolveHangOptions(LaunchConfig& cfg, const ParsedOptions& t, const Env& en
   }
   if (const auto* g = t.value("exit_barrier_timeout")) {
     cfg.exitBarrierTimeout = parseSeconds(g->source, g->value, true);
+  }
+}
+
+// --worker-variables and --exit-code: the other launchers' conventions (launcher/front_end.h).
+void resolveConventions(LaunchConfig& cfg, const ParsedOptions& t) {
+  if (const auto* g = t.value("worker_variables")) {
+    if (g->value == "torchrun") {
+      cfg.workerVariables = agent::WorkerVariables::kTorchrun;
+    } else if (g->value == "deepspeed") {
+      cfg.workerVariables = agent::WorkerVariables::kDeepSpeed;
+    } else if (g->value == "none") {
+      cfg.workerVariables = agent::WorkerVariables::kNone;
+    } else {
+      throw UsageError(g->source + ": invalid value '" + g->value +
+                       "': expected torchrun, deepspeed or none");
+    }
+    if (cfg.workerVariables == agent::WorkerVariables::kNone && cfg.nprocPerNode != 1) {
+      throw UsageError(g->source +
+                       " none: workers without a rank cannot tell each other "
+                       "apart; it starts one process (--nproc-per-node 1)");
+    }
+  }
+  if (const auto* g = t.value("exit_code")) {
+    if (g->value == "torchrun") {
+      cfg.exitCode = agent::ExitCodeRule::kTorchrun;
+    } else if (g->value == "worker") {
+      cfg.exitCode = agent::ExitCodeRule::kWorker;
+    } else {
+      throw UsageError(g->source + ": invalid value '" + g->value +
+                       "': expected torchrun or worker");
+    }
   }
 }
 
@@ -618,7 +661,9 @@ const OptionParser& mainParser() {
        "--option value. A torchrun option missing from the command line is read from PET_<NAME> "
        "(PET_NPROC_PER_NODE=2; flags take 1 or 0: PET_STANDALONE=1).",
        "Subcommands: `dtrun launch` takes torch.distributed.launch's command line (scripts that "
-       "read --local_rank); `dtrun store` runs a standalone store. Each has its own -h."},
+       "read --local_rank); `dtrun accelerate` (or `dtrun accelerate launch`) takes `accelerate "
+       "launch`'s, with its config file; `dtrun deepspeed` takes the deepspeed launcher's; "
+       "`dtrun store` runs a standalone store. Each has its own -h."},
       {{"training_script",
         "Path of the training program or script (a module name with -m), launched on every "
         "local rank."},
@@ -641,17 +686,22 @@ LaunchConfig resolveLaunchConfig(const ParsedOptions& t, const Env& env, const H
   resolveRendezvous(cfg, t, rules);
   resolveStoreToken(cfg, env);
   resolveWorkers(cfg, t, env);
-  resolveEntrypoint(cfg, t, env);
+  resolveEntrypoint(cfg, t, env, rules);
   cfg.scriptArgs.insert(cfg.scriptArgs.begin(), rules.scriptArgsPrefix.begin(),
                         rules.scriptArgsPrefix.end());
   resolveLogs(cfg, t);
   resolveDtrunOptions(cfg, t, env);
+  resolveConventions(cfg, t);
   checkVirtualLocalRank(cfg, t, env);
   resolveHangOptions(cfg, t, env);
 
-  // The workers' environment: the launcher's own, plus what torchrun adds to its own.
+  // The workers' environment: the launcher's own, plus what torchrun adds to its own (not for
+  // workers that get no launcher's variables at all).
   cfg.baseEnv = env;
-  if (!env.count("OMP_NUM_THREADS") && cfg.nprocPerNode > 1) {
+  if (cfg.workerVariables == agent::WorkerVariables::kNone) return cfg;
+  // DeepSpeed's launcher leaves the workers' thread count alone.
+  if (!env.count("OMP_NUM_THREADS") && cfg.nprocPerNode > 1 &&
+      cfg.workerVariables == agent::WorkerVariables::kTorchrun) {
     cfg.baseEnv["OMP_NUM_THREADS"] = "1";
     cfg.ompNumThreadsSet = true;
   }

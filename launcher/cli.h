@@ -29,6 +29,8 @@ struct HostProbe {
   std::filesystem::path sysDir = "/sys";  ///< where AMD (KFD) and Intel (DRM) GPUs are counted
   int cpuCount = 0;                       ///< 0: ask the OS (online CPUs, as os.cpu_count())
   std::filesystem::path workDir;          ///< --hostfile: the remote working directory; "" = cwd
+  /// dtrun deepspeed: the hostfile DeepSpeed reads when -H is not given.
+  std::filesystem::path deepspeedHostfile = "/job/hostfile";
   std::string selfExe;  ///< --hostfile: this dtrun's path on every host; "" = /proc/self/exe
 };
 
@@ -53,6 +55,9 @@ struct InvocationRules {
   bool staticByDefault = false;
   /// Inserted before the script's own arguments ("--local_rank=${local_rank}").
   std::vector<std::string> scriptArgsPrefix;
+  /// python -u, as torchrun runs a script; false: plain python (accelerate's single-process
+  /// launcher).
+  bool unbuffered = true;
 };
 
 /// What dtrun runs: this node's agent, or with --hostfile one agent per host over ssh.

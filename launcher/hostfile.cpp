@@ -69,7 +69,7 @@ std::vector<HostSlots> parseHostfile(const std::string& text, const std::string&
 }
 
 std::vector<HostSlots> filterHosts(const std::vector<HostSlots>& pool, const GivenValue* include,
-                                   const GivenValue* exclude) {
+                                   const GivenValue* exclude, IncludeSlots rule) {
   if (include && exclude) {
     throw UsageError(include->source + " and " + exclude->source +
                      " exclude each other: give one of them");
@@ -117,7 +117,8 @@ std::vector<HostSlots> filterHosts(const std::vector<HostSlots>& pool, const Giv
       }
     }
     const HostSlots& known = poolHost(host);
-    if (slots) {
+    // DeepSpeed makes an include's slots the host's own before it checks them against the host.
+    if (slots && !(include && rule == IncludeSlots::kDeepSpeed)) {
       for (int s : *slots) {
         if (std::find(known.slots.begin(), known.slots.end(), s) == known.slots.end()) {
           throw UsageError(filter->source + ": host '" + host + "' has no slot " +
@@ -135,6 +136,9 @@ std::vector<HostSlots> filterHosts(const std::vector<HostSlots>& pool, const Giv
     } else {
       h.slots.clear();
     }
+  }
+  if (include && rule == IncludeSlots::kDeepSpeed) {
+    for (auto& h : chosen) std::sort(h.slots.begin(), h.slots.end());
   }
   // The hostfile's order (it decides the node ranks), hosts without slots dropped.
   std::vector<HostSlots> out;
@@ -175,7 +179,8 @@ std::vector<std::pair<std::string, std::string>> parseEnvFile(const std::string&
     const std::string where = name + ":" + std::to_string(number) + ": ";
     if (line.rfind("export ", 0) == 0) line = trimBlanks(line.substr(7));
     auto eq = line.find('=');
-    std::string key = line.substr(0, eq);
+    // Blanks around '=' are dropped, as DeepSpeed's runner strips both sides.
+    std::string key = trimBlanks(line.substr(0, eq));
     bool keyOk = !key.empty() && !std::isdigit(static_cast<unsigned char>(key[0])) &&
                  std::all_of(key.begin(), key.end(), [](char c) {
                    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
@@ -183,7 +188,7 @@ std::vector<std::pair<std::string, std::string>> parseEnvFile(const std::string&
     if (eq == std::string::npos || !keyOk) {
       throw UsageError(where + "expected KEY=VALUE with KEY a variable name, got '" + line + "'");
     }
-    std::string value = line.substr(eq + 1);
+    std::string value = trimBlanks(line.substr(eq + 1));
     if (value.size() >= 2 && (value.front() == '"' || value.front() == '\'') &&
         value.back() == value.front()) {
       value = value.substr(1, value.size() - 2);

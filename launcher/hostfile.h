@@ -33,22 +33,29 @@ struct HostSlots {
 /// also for a file with no host.
 std::vector<HostSlots> parseHostfile(const std::string& text, const std::string& name);
 
+/// How an --include's slots are read.
+enum class IncludeSlots {
+  kChecked,    ///< dtrun --hostfile: each must be one of the host's, kept in the order given
+  kDeepSpeed,  ///< DeepSpeed's runner: taken as they are (they become the host's slots), sorted
+};
+
 /// DeepSpeed's parse_resource_filter: `include` keeps only the hosts and slots it names,
 /// `exclude` removes them; both are NODE_SPEC[@NODE_SPEC...] with NODE_SPEC = HOST[:SLOT[,SLOT...]]
 /// (a HOST alone is all its slots). Hosts keep the hostfile's order; a host left without slots
 /// is dropped. Unknown hosts or slots, both filters at once, or nothing left are UsageErrors.
 /// Null filters leave `pool` as it is.
 std::vector<HostSlots> filterHosts(const std::vector<HostSlots>& pool, const GivenValue* include,
-                                   const GivenValue* exclude);
+                                   const GivenValue* exclude,
+                                   IncludeSlots rule = IncludeSlots::kChecked);
 
 /// --num-nodes: the first N hosts (more than there are is an error); --num-gpus: slots
 /// 0..min(G, slots)-1 of every host ("max number of GPUs per node"). Null = no limit.
 std::vector<HostSlots> limitHosts(std::vector<HostSlots> hosts, const GivenValue* numNodes,
                                   const GivenValue* numGpus);
 
-/// Parses an environment file (.dtrun_env): KEY=VALUE lines, optionally after "export "; blank
-/// and '#' lines are skipped; a value wrapped in one pair of matching quotes loses them. KEY is a
-/// shell variable name. Errors name "name:line".
+/// Parses an environment file (.dtrun_env, .deepspeed_env): KEY=VALUE lines, optionally after
+/// "export ", blanks around '=' dropped; blank and '#' lines are skipped; a value wrapped in one
+/// pair of matching quotes loses them. KEY is a shell variable name. Errors name "name:line".
 std::vector<std::pair<std::string, std::string>> parseEnvFile(const std::string& text,
                                                               const std::string& name);
 

@@ -107,12 +107,15 @@ int runLaunch(const agent::LaunchConfig& parsedConfig, const std::vector<int>& u
   auto agentLog = makeLogger("agent", config.logLevel);
   // The NCCL async error handling variable the workers' torch reads (launcher/torch_probe.h):
   // Python workers' interpreter is asked which torch it would import.
-  std::optional<std::string> torchVersion;
-  if (config.runPath || !config.noPython) {
-    torchVersion = probeTorchVersion(config.python, config.baseEnv);
-    agentLog->debug("workers' torch: {}", torchVersion.value_or("not found"));
+  // Not for workers that get none of torchrun's variables (--worker-variables none).
+  if (config.workerVariables != agent::WorkerVariables::kNone) {
+    std::optional<std::string> torchVersion;
+    if (config.runPath || !config.noPython) {
+      torchVersion = probeTorchVersion(config.python, config.baseEnv);
+      agentLog->debug("workers' torch: {}", torchVersion.value_or("not found"));
+    }
+    addNcclAsyncErrorHandling(config.baseEnv, torchVersion);
   }
-  addNcclAsyncErrorHandling(config.baseEnv, torchVersion);
   auto storeLog = makeLogger("store", config.logLevel);
   for (const auto& w : config.warnings) agentLog->warn("{}", w);
   if (config.ompNumThreadsSet) agentLog->warn("{}", kOmpNumThreadsNotice);

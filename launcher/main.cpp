@@ -4,12 +4,15 @@
 //
 //   dtrun [options] script ...         torchrun's command line (launcher/cli.h)
 //   dtrun launch [options] script ...  torch.distributed.launch's (launcher/torch_launch.h)
+//   dtrun accelerate [launch] ...      accelerate launch's (launcher/accelerate_launch.h)
+//   dtrun deepspeed [options] script   the deepspeed launcher's (launcher/deepspeed_launch.h)
 //   dtrun store [options]              a standalone store (launcher/store_command.h)
 //
 // With --hostfile, the first two start one agent per host over ssh (launcher/multi_host.h)
 // instead of running this node's agent (launcher/launch.h).
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -17,7 +20,10 @@
 #include <vector>
 
 #include "common/spawn.h"
+#include "launcher/accelerate_launch.h"
+#include "launcher/accelerate_options.h"
 #include "launcher/cli.h"
+#include "launcher/deepspeed_launch.h"
 #include "launcher/launch.h"
 #include "launcher/logging.h"
 #include "launcher/multi_host.h"
@@ -64,16 +70,21 @@ int mainCommand(const std::vector<std::string>& args, Env env, const std::vector
   return run(inv, userFds);
 }
 
-int torchLaunchCommand(const std::vector<std::string>& args, const Env& env,
-                       const std::vector<int>& userFds) {
-  TorchLaunch launch;
-  if (auto code = handleUsage(torchLaunchParser(),
-                              [&] { launch = parseTorchLaunch(args, env, HostProbe{}); })) {
+// The subcommands that take another launcher's command line: `parse` returns the run and its
+// notice, which is printed once, from the launching dtrun (the agents' workers never print it).
+template <typename Parse>
+int frontEndCommand(const OptionParser& parser, Parse parse, const std::vector<int>& userFds) {
+  Invocation inv;
+  std::string notice;
+  if (auto code = handleUsage(parser, [&] {
+        auto launch = parse();
+        inv = std::move(launch.invocation);
+        notice = std::move(launch.notice);
+      })) {
     return *code;
   }
-  // Once, from the launching dtrun: the agents' workers never print it.
-  makeLogger("launch", launch.invocation.config.logLevel)->warn("{}", launch.notice);
-  return run(launch.invocation, userFds);
+  makeLogger("launch", inv.config.logLevel)->warn("{}", notice);
+  return run(inv, userFds);
 }
 
 }  // namespace
@@ -86,6 +97,21 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
   const std::string sub = argc >= 2 ? argv[1] : "";
   if (sub == "store") return runStoreCommand({argv + 2, argv + argc}, environment());
-  if (sub == "launch") return torchLaunchCommand({argv + 2, argv + argc}, environment(), userFds);
+  const std::vector<std::string> rest(argv + std::min(argc, 2), argv + argc);
+  if (sub == "launch") {
+    return frontEndCommand(
+        torchLaunchParser(), [&] { return parseTorchLaunch(rest, environment(), HostProbe{}); },
+        userFds);
+  }
+  if (sub == "accelerate") {
+    return frontEndCommand(
+        accelerateParser(), [&] { return parseAccelerateLaunch(rest, environment(), HostProbe{}); },
+        userFds);
+  }
+  if (sub == "deepspeed") {
+    return frontEndCommand(
+        deepSpeedParser(), [&] { return parseDeepSpeedLaunch(rest, environment(), HostProbe{}); },
+        userFds);
+  }
   return mainCommand({argv + 1, argv + argc}, environment(), userFds);
 }

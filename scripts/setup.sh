@@ -23,6 +23,7 @@ BUILD_PACKAGES=(
   g++ cmake ninja-build pkg-config ccache
   libboost1.81-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libssl-dev                        # TLS to etcd (rendezvous/etcd)
+  libyaml-cpp-dev                   # accelerate's config files (dtrun accelerate), linked statically
 )
 # What the demo runs besides dtrun: its main job is a torch DDP training (/usr/bin/python3).
 DEMO_PACKAGES=(python3-torch)

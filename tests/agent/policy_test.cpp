@@ -181,6 +181,36 @@ TEST_CASE("a final job: workers stopped, failures read, the report printed, exit
   CHECK(only<action::Finish>(report).code == 1);
 }
 
+TEST_CASE("the worker exit-code rule: the root cause's own code, 256-N for a signal",
+          "[agent][policy]") {
+  auto failure = [](int rank, int code, std::int64_t at) {
+    ProcessFailure f;
+    f.rank = rank;
+    f.exitCode = code;
+    f.timestampMs = at;
+    return f;
+  };
+  // The first failure observed decides, whatever the ranks.
+  const std::vector<ProcessFailure> two{failure(0, -15, 2000), failure(1, 3, 1000)};
+  CHECK(failedJobExitCode(ExitCodeRule::kWorker, two) == 3);
+  CHECK(failedJobExitCode(ExitCodeRule::kTorchrun, two) == 1);
+  CHECK(failedJobExitCode(ExitCodeRule::kWorker, {failure(1, -9, 5)}) == 247);
+  CHECK(failedJobExitCode(ExitCodeRule::kWorker, {failure(1, 255, 5)}) == 255);
+  CHECK(failedJobExitCode(ExitCodeRule::kWorker, {}) == 1);
+
+  // The policy finishes with it.
+  auto s = settings();
+  s.exitCode = ExitCodeRule::kWorker;
+  Policy p(s, quiet());
+  runRound(p, roundOf(0));
+  JobState st = stateOf(0);
+  st.final = R"({"round":0})";
+  p.handle(event::StateRead{st});
+  p.handle(event::WorkersStopped{});
+  CHECK(only<action::Finish>(p.handle(event::FailuresRead{two})).code == 3);
+  CHECK(p.exitCode() == 3);
+}
+
 TEST_CASE("a final record that is not JSON still ends the job with the current round",
           "[agent][policy]") {
   Policy p(settings(), quiet());

@@ -126,3 +126,41 @@ TEST_CASE("the log prefix shows the global rank and the node", "[agent][env]") {
   CHECK(makeLinePrefix("[${role_name} ${rank}/${local_rank}@${host}]", vars) ==
         "[trainer 3/1@node-b]");
 }
+
+TEST_CASE("DeepSpeed's variables: the node's rank and count, its worker count", "[agent][env]") {
+  // Nodes of 3 and 2 workers: DeepSpeed's own launcher would give the second node's workers
+  // LOCAL_RANK 1 and 0 (RANK modulo 2); dtrun keeps the local index.
+  auto c = config(2);
+  c.workerVariables = WorkerVariables::kDeepSpeed;
+  RoundInfo r = roundOf(2, 1, 2, 2);
+  r.rankOffset = 3;
+  r.worldSize = 5;
+  for (int lr = 0; lr < 2; ++lr) {
+    INFO("local rank " << lr);
+    Env env = asMap(workerEnv(c, r, lr, WorkerStore{"head", 29500}, "/e.json"));
+    CHECK(env.at("CROSS_RANK") == "1");
+    CHECK(env.at("CROSS_SIZE") == "2");
+    CHECK(env.at("LOCAL_SIZE") == "2");
+    CHECK(env.at("RANK") == std::to_string(3 + lr));
+    CHECK(env.at("LOCAL_RANK") == std::to_string(lr));
+    CHECK(env.at("WORLD_SIZE") == "5");
+    // torchrun's are there too.
+    CHECK(env.at("GROUP_RANK") == "1");
+    CHECK(env.at("LOCAL_WORLD_SIZE") == "2");
+    CHECK(env.at("TORCHELASTIC_RESTART_COUNT") == "2");
+  }
+  // torchrun's own set has none of them.
+  Env plain = asMap(workerEnv(config(2), r, 0, WorkerStore{"head", 29500}, ""));
+  for (const char* name : {"CROSS_RANK", "CROSS_SIZE", "LOCAL_SIZE"}) CHECK(plain.count(name) == 0);
+}
+
+TEST_CASE("no worker variables: the launcher's environment and the agent's extras only",
+          "[agent][env]") {
+  auto c = config(1);
+  c.workerVariables = WorkerVariables::kNone;
+  Env env = asMap(workerEnv(c, roundOf(0, 0, 1, 1), 0, WorkerStore{"head", 29500}, "/e.json",
+                            {{"TORCHELASTIC_TIMER_FILE", "/run/t"}}));
+  CHECK(env == Env{{"PATH", "/usr/bin"},
+                   {"NCCL_ASYNC_ERROR_HANDLING", "0"},
+                   {"TORCHELASTIC_TIMER_FILE", "/run/t"}});
+}

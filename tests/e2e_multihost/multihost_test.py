@@ -17,6 +17,8 @@ private port with its own keys (sshd_fixture.py); dtrun reaches them with
   sigterm            the same with SIGTERM to the launcher alone
   launcher_killed    SIGKILL to the launcher: the agents see their ssh's standard input close
                      and stop all the same
+  deepspeed_hosts    dtrun deepspeed --hostfile: --local_rank=N first, DeepSpeed's CROSS_RANK,
+                     CROSS_SIZE and LOCAL_SIZE, .deepspeed_env and DeepSpeed's exports on every host
 
     multihost_test.py --dtrun build/bin/dtrun --case NAME      (exit 0 pass, 1 fail, 77 skip)
 """
@@ -94,8 +96,10 @@ class Case:
         env.update(extra or {})
         return env
 
-    def start(self, args, env=None):
-        cmd = [self.dtrun, "--ssh-command", self.sshd.ssh_command()] + args
+    def start(self, args, env=None, sub=None):
+        """dtrun [SUB] --ssh-command SSH ARGS (SUB: a front-end such as deepspeed)."""
+        cmd = [self.dtrun] + ([sub] if sub else []) + ["--ssh-command", self.sshd.ssh_command()]
+        cmd += args
         print("$ " + " ".join(cmd), flush=True)
         out = open(self.log, "wb")
         # Its own session, as a shell's foreground job: a signal to its group is a Ctrl-C.
@@ -110,8 +114,8 @@ class Case:
         except subprocess.TimeoutExpired:
             raise Failed(f"dtrun did not finish within {timeout} s")
 
-    def run(self, args, timeout, env=None):
-        self.start(args, env)
+    def run(self, args, timeout, env=None, sub=None):
+        self.start(args, env, sub)
         return self.wait(timeout)
 
     def output(self):
@@ -257,6 +261,34 @@ def unreachable_host(case):
     check(not case.reports() and not processes_with(str(case.dir)), "no worker ever ran")
 
 
+def deepspeed_hosts(case):
+    # DeepSpeed's command line (dtrun deepspeed): every worker gets --local_rank=N first and
+    # DeepSpeed's CROSS_RANK, CROSS_SIZE, LOCAL_SIZE; every host gets .deepspeed_env and
+    # DeepSpeed's exports.
+    (case.work / ".deepspeed_env").write_text("TEST_FROM_DS_ENV = yes\n")
+    hostfile = case.hostfile(f"{HOSTS[0]} slots=2\n{HOSTS[1]} slots=1\n")
+    env = {"NCCL_TEST_MARK": "nccl", "TEST_NOT_SENT": "x"}
+    code = case.run(["--hostfile", hostfile, "--master_port", str(free_port())]
+                    + worker_args(case, "two words"), timeout=120, env=env, sub="deepspeed")
+    check(code == 0, f"the job exits 0 (got {code})")
+    reports = case.reports()
+    check(sorted(reports) == [0, 1, 2], "three ranks ran")
+    for rank, r in reports.items():
+        node, local = (0, rank) if rank < 2 else (1, 0)
+        check(r["host"] == HOSTS[node] and r["local_rank"] == local,
+              f"rank {rank} ran on {HOSTS[node]} as local rank {local}")
+        check(r["argv"][0] == f"--local_rank={local}" and r["argv"][-1] == "two words",
+              f"rank {rank}: --local_rank={local} before the script's own arguments")
+        want = {"CROSS_RANK": str(node), "CROSS_SIZE": "2", "LOCAL_SIZE": str(2 - node),
+                "TEST_FROM_DS_ENV": "yes", "NCCL_TEST_MARK": "nccl"}
+        check({k: r["vars"].get(k) for k in want} == want and "TEST_NOT_SENT" not in r["vars"],
+              f"rank {rank}: DeepSpeed's variables, .deepspeed_env and NCCL_* (got {r['vars']})")
+        check(r["cuda_visible_devices"] == ("0,1" if node == 0 else "0"),
+              f"rank {rank}: CUDA_VISIBLE_DEVICES from the host's slots")
+    check(case.output().count("deepspeed's command line on dtrun.") == 1,
+          "the plain-dtrun notice, once, from the launching dtrun")
+
+
 def stop_case(case, how):
     hostfile = case.hostfile(f"{HOSTS[0]} slots=2\n{HOSTS[1]} slots=1\n")
     case.start(["--hostfile", hostfile, "--master-port", str(free_port()),
@@ -302,6 +334,7 @@ CASES = {
     "include_exclude": include_exclude,
     "unreachable_host": unreachable_host,
     "one_host_left": one_host_left,
+    "deepspeed_hosts": deepspeed_hosts,
     "ctrl_c": lambda c: stop_case(c, "ctrl_c"),
     "sigterm": lambda c: stop_case(c, "sigterm"),
     "launcher_killed": lambda c: stop_case(c, "launcher_killed"),

@@ -4,7 +4,7 @@
     report_worker.py --out DIR [--hang] [ARGS...]
 
 Writes DIR/rank<RANK>.json with its ranks and sizes, CUDA_VISIBLE_DEVICES, the variables named
-TEST_*, NCCL_*, FROM_* and DTRUN_*, its working directory and argv, and the host it was started on
+TEST_*, NCCL_*, FROM_*, DTRUN_*, CROSS_* and LOCAL_SIZE, its working directory and argv, and the host it was started on
 (the server address of SSH_CONNECTION, which sshd sets for the session the agent runs in). Prints
 one line "rank R local L of W" on stdout. With --hang it then writes DIR/ready<RANK> and sleeps
 until it is killed, so a test can stop the job and check that nothing is left.
@@ -29,7 +29,8 @@ def main():
         "host": ssh[2] if len(ssh) == 4 else None,
         "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
         "vars": {k: v for k, v in env.items()
-                 if k.startswith(("TEST_", "NCCL_", "FROM_", "DTRUN_", "NOT_EXPORTED"))},
+                 if k.startswith(("TEST_", "NCCL_", "FROM_", "DTRUN_", "NOT_EXPORTED", "CROSS_",
+                                  "LOCAL_SIZE"))},
         "cwd": os.getcwd(),
         "argv": args,
     }

@@ -24,8 +24,10 @@ using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
 using Catch::Matchers::StartsWith;
 using dtrun::countVisibleGpus;
+using dtrun::agent::ExitCodeRule;
 using dtrun::agent::LaunchConfig;
 using dtrun::agent::Std;
+using dtrun::agent::WorkerVariables;
 using Args = std::vector<std::string>;
 using Env = std::map<std::string, std::string>;
 
@@ -234,6 +236,9 @@ std::vector<Case> everyOption() {
       {"dump_stacks", "", [](auto& c) { return c.dumpStacks; }},
       {"exit_barrier_timeout", "7", [](auto& c) { return c.exitBarrierTimeout == 7s; }},
       {"log_level", "debug", [](auto& c) { return c.logLevel == "debug"; }},
+      {"worker_variables", "deepspeed",
+       [](auto& c) { return c.workerVariables == WorkerVariables::kDeepSpeed; }},
+      {"exit_code", "worker", [](auto& c) { return c.exitCode == ExitCodeRule::kWorker; }},
   };
 }
 
@@ -270,6 +275,8 @@ TEST_CASE("every option in both spellings, as --opt value and --opt=value", "[la
 TEST_CASE("PET_ variables stand in for options, and the command line wins", "[launcher][cli]") {
   for (const auto& c : everyOption()) {
     if (c.dest == "logs_specs" || c.dest == "numa_binding") continue;  // no env action in torch
+    // dtrun's conventions for other launchers' front-ends: set on the command line only.
+    if (c.dest == "worker_variables" || c.dest == "exit_code") continue;
     std::string var = "PET_" + c.dest;
     std::transform(var.begin(), var.end(), var.begin(), ::toupper);
     if (c.dest == "python") var = "DTRUN_PYTHON";
@@ -1042,6 +1049,26 @@ TEST_CASE("version: --version prints the version and the commit, before the scri
   // After the script it is the script's, and not a prefix of anything of dtrun's.
   CHECK(parse({"train.py", "--version"}).scriptArgs == Args{"--version"});
   CHECK_THAT(usageError({"--vers", "train.py"}), Contains("unrecognized arguments: --vers"));
+}
+
+TEST_CASE("worker variables and exit code: the conventions of other launchers", "[launcher][cli]") {
+  auto cfg = parse({"train.py"});
+  CHECK(cfg.workerVariables == WorkerVariables::kTorchrun);
+  CHECK(cfg.exitCode == ExitCodeRule::kTorchrun);
+  CHECK(parse({"--worker-variables=torchrun", "train.py"}).workerVariables ==
+        WorkerVariables::kTorchrun);
+  CHECK(parse({"--exit-code=torchrun", "train.py"}).exitCode == ExitCodeRule::kTorchrun);
+  // None: the launcher's environment only, so none of torchrun's additions either.
+  auto none = parse({"--worker-variables=none", "train.py"}, {{"PATH", "/bin"}});
+  CHECK(none.workerVariables == WorkerVariables::kNone);
+  CHECK(none.baseEnv == Env{{"PATH", "/bin"}});
+  CHECK(usageError({"--worker-variables=none", "--nproc-per-node=2", "train.py"}) ==
+        "--worker-variables none: workers without a rank cannot tell each other apart; it "
+        "starts one process (--nproc-per-node 1)");
+  CHECK(usageError({"--worker-variables=mpi", "train.py"}) ==
+        "--worker-variables: invalid value 'mpi': expected torchrun, deepspeed or none");
+  CHECK(usageError({"--exit-code=first", "train.py"}) ==
+        "--exit-code: invalid value 'first': expected torchrun or worker");
 }
 
 TEST_CASE("help groups the options as torchrun does, dtrun's last", "[launcher][cli]") {

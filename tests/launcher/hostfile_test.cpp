@@ -84,6 +84,22 @@ TEST_CASE("include keeps what it names, in the hostfile's order", "[launcher][ho
   CHECK(include("worker-1:0@worker-1:2") == Hosts{{"worker-1", {0, 2}}});
 }
 
+TEST_CASE("DeepSpeed's include: its slots taken as they are, sorted", "[launcher][hostfile]") {
+  GivenValue v{"worker-1:3,1,3@worker-2:9", "--include"};
+  CHECK(filterHosts(kPool, &v, nullptr, IncludeSlots::kDeepSpeed) ==
+        Hosts{{"worker-1", {1, 3}}, {"worker-2", {9}}});
+  GivenValue bare{"worker-2", "--include"};
+  CHECK(filterHosts(kPool, &bare, nullptr, IncludeSlots::kDeepSpeed) ==
+        Hosts{{"worker-2", {0, 1}}});
+  // An exclude is checked either way, and a host must be in the pool.
+  GivenValue ex{"worker-2:5", "--exclude"};
+  CHECK_THROWS_WITH(filterHosts(kPool, nullptr, &ex, IncludeSlots::kDeepSpeed),
+                    StartsWith("--exclude: host 'worker-2' has no slot 5"));
+  GivenValue unknown{"worker-9:0", "--include"};
+  CHECK_THROWS_WITH(filterHosts(kPool, &unknown, nullptr, IncludeSlots::kDeepSpeed),
+                    StartsWith("--include: host 'worker-9'"));
+}
+
 TEST_CASE("exclude removes hosts or slots", "[launcher][hostfile]") {
   // DeepSpeed's example: everything but slot 0 of worker-1.
   CHECK(exclude("worker-1:0") ==
@@ -140,6 +156,8 @@ TEST_CASE(".dtrun_env: KEY=VALUE lines", "[launcher][hostfile]") {
                      "f") ==
         Vars{{"NCCL_DEBUG", "INFO"}, {"A_B", "x=y"}, {"Q", "two words"}, {"S", "s"}, {"E", ""}});
   CHECK(parseEnvFile("  SPACED=1  \n", "f") == Vars{{"SPACED", "1"}});
+  CHECK(parseEnvFile("NCCL_DEBUG = INFO\nB= 'x y'\n", "f") ==
+        Vars{{"NCCL_DEBUG", "INFO"}, {"B", "x y"}});
   CHECK_THROWS_WITH(parseEnvFile("OK=1\nno equals\n", "/h/.dtrun_env"),
                     "/h/.dtrun_env:2: expected KEY=VALUE with KEY a variable name, got 'no "
                     "equals'");

@@ -41,4 +41,30 @@ void FakeDeviceTree::addRenderNode(int minor, const std::string& driver) {
   fs::create_directory_symlink(node, sys_ / "class/drm" / ("renderD" + n));
 }
 
+void FakeDeviceTree::addCpus(int cores, int threadsPerCore, bool legacy) {
+  const fs::path cpus = sys_ / "devices/system/cpu";
+  for (int c = 0; c < cores; ++c) {
+    std::string siblings;
+    for (int t = 0; t < threadsPerCore; ++t) {
+      siblings += (t ? "," : "") + std::to_string(c + t * cores);
+    }
+    for (int t = 0; t < threadsPerCore; ++t) {
+      const fs::path topology = cpus / ("cpu" + std::to_string(c + t * cores)) / "topology";
+      fs::create_directories(topology);
+      writeFile(topology / (legacy ? "thread_siblings_list" : "core_cpus_list"), siblings + "\n");
+    }
+  }
+  writeFile(cpus / "online", "0-" + std::to_string(cores * threadsPerCore - 1) + "\n");
+}
+
+void FakeDeviceTree::addNumaNodes(const std::vector<std::string>& cpulists) {
+  const fs::path nodes = sys_ / "devices/system/node";
+  for (std::size_t i = 0; i < cpulists.size(); ++i) {
+    const fs::path node = nodes / ("node" + std::to_string(i));
+    fs::create_directories(node);
+    writeFile(node / "cpulist", cpulists[i] + "\n");
+  }
+  writeFile(nodes / "online", "0-" + std::to_string(cpulists.size() - 1) + "\n");
+}
+
 }  // namespace dtrun::test

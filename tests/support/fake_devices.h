@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "tests/support/test_support.h"
 
@@ -21,6 +22,12 @@ class FakeDeviceTree {
   void addAmd(int n);
   /// class/drm/renderD<minor> -> its node, whose "device" is a PCI device bound to `driver`.
   void addRenderNode(int minor, const std::string& driver);
+  /// devices/system/cpu/cpuN for `cores` cores of `threadsPerCore` hardware threads each (core c
+  /// holds CPUs c, c + cores, ... as Linux numbers them); `legacy` writes only the deprecated
+  /// thread_siblings_list instead of core_cpus_list.
+  void addCpus(int cores, int threadsPerCore, bool legacy = false);
+  /// devices/system/node/node0..: one per entry, with that cpulist ("" for a node without CPUs).
+  void addNumaNodes(const std::vector<std::string>& cpulists);
 
  private:
   TempDir root_;
