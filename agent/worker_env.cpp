@@ -76,6 +76,12 @@ std::vector<std::string> workerEnv(const LaunchConfig& config, const rendezvous:
   return out;
 }
 
+bool streamToFileOnly(const LaunchConfig& config, int localRank, Std stream) {
+  const int bit = static_cast<int>(stream);
+  return (static_cast<int>(config.redirects.forRank(localRank)) & bit) &&
+         !(static_cast<int>(config.tee.forRank(localRank)) & bit);
+}
+
 LinePrefixVars linePrefixVars(const LaunchConfig& config, const rendezvous::RoundInfo& round,
                               int localRank, const std::string& hostname) {
   LinePrefixVars vars;
