@@ -1,7 +1,11 @@
 // The round an agent's tests hand to the policy and to the worker environment.
 #pragma once
 
+#include <catch2/catch.hpp>
 #include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "rendezvous/dynamic_rendezvous.h"
 
@@ -18,6 +22,17 @@ inline rendezvous::RoundInfo roundOf(std::int64_t round, int groupRank = 0, int 
   r.rankOffset = groupRank * nproc;
   r.worldSize = groupWorldSize * nproc;
   return r;
+}
+
+/// A child's "KEY=value" environment entries as a map; each key must come once.
+inline std::map<std::string, std::string> envMap(const std::vector<std::string>& entries) {
+  std::map<std::string, std::string> env;
+  for (const auto& e : entries) {
+    auto eq = e.find('=');
+    REQUIRE(eq != std::string::npos);
+    REQUIRE(env.emplace(e.substr(0, eq), e.substr(eq + 1)).second);  // no key twice
+  }
+  return env;
 }
 
 }  // namespace dtrun::agent::testing

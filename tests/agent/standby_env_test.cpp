@@ -13,20 +13,11 @@
 #include "tests/agent/round_util.h"
 
 using namespace dtrun::agent;
+using dtrun::agent::testing::envMap;
 using dtrun::agent::testing::roundOf;
 using Env = std::map<std::string, std::string>;
 
 namespace {
-
-Env asMap(const std::vector<std::string>& entries) {
-  Env env;
-  for (const auto& e : entries) {
-    auto eq = e.find('=');
-    REQUIRE(eq != std::string::npos);
-    env[e.substr(0, eq)] = e.substr(eq + 1);
-  }
-  return env;
-}
 
 LaunchConfig config(int nproc) {
   LaunchConfig c;
@@ -70,8 +61,8 @@ TEST_CASE("a standby has every round-independent variable and no per-round one",
       // Any real round: the worker's environment is the standby's plus the per-round
       // variables, value for value.
       for (int node : {0, 4}) {
-        const Env worker = asMap(workerEnv(c, roundOf(9, node, 5, nproc), lr,
-                                           WorkerStore{"head", 29400}, "/logs/e.json", extra));
+        const Env worker = envMap(workerEnv(c, roundOf(9, node, 5, nproc), lr,
+                                            WorkerStore{"head", 29400}, "/logs/e.json", extra));
         std::set<std::string> keys;
         for (const auto& [k, v] : split.known) {
           keys.insert(k);

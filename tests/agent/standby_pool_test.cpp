@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "agent/worker_env.h"
+#include "tests/agent/child_pipe.h"
 #include "tests/agent/round_util.h"
 #include "tests/support/run_until.h"
 #include "tests/support/test_support.h"
@@ -105,35 +106,7 @@ struct Pool {
   }
 };
 
-struct Pipe {
-  int read = -1;
-  int write = -1;
-  Pipe() {
-    int fds[2];
-    REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
-    read = fds[0];
-    write = fds[1];
-  }
-  ~Pipe() {
-    closeWrite();
-    ::close(read);
-  }
-  void closeWrite() {
-    if (write >= 0) ::close(write);
-    write = -1;
-  }
-  std::string all() {  // to end-of-file, within 20 s
-    std::string text;
-    char buf[4096];
-    for (;;) {
-      pollfd p{read, POLLIN, 0};
-      REQUIRE(::poll(&p, 1, 20000) == 1);
-      ssize_t n = ::read(read, buf, sizeof(buf));
-      if (n <= 0) return text;
-      text.append(buf, static_cast<std::size_t>(n));
-    }
-  }
-};
+using Pipe = testing::ChildPipe;
 
 bool havePython() { return ::access(kPython, X_OK) == 0; }
 
