@@ -7,10 +7,12 @@ instead (--rdzv_backend=c10d --rdzv_endpoint=localhost:0, what newest torchrun's
 does), which lets tests run in parallel.
 """
 import argparse
+import json
 import os
 import signal
 import subprocess
 import sys
+import time
 
 SKIP = 77  # ctest SKIP_RETURN_CODE
 ANCHOR = os.environ.get(
@@ -75,6 +77,32 @@ def run(cmd, env, cwd, timeout, log):
     if code is None:
         raise AssertionError(f"{cmd[0]} did not finish within {timeout} s:\n{text}")
     return code, text
+
+
+def events(path):
+    """The records of an --event-log file ([] while it does not exist)."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def named(evs, name):
+    """The records of event `name`, in order."""
+    return [e for e in evs if e["event"] == name]
+
+
+def wait_for(cond, timeout, what):
+    """Polls `cond` until it returns something truthy (returned) or `timeout` seconds pass
+    (AssertionError naming `what`)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
 
 
 class Checker:

@@ -8,7 +8,6 @@ usage: hang_test.py --dtrun BIN --probe WORKER_PROBE --case CASE
 Exit status: 0 pass, 1 fail, 77 skipped (torch not importable by this interpreter).
 """
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -20,20 +19,9 @@ import time
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from e2e_util import Checker, run, skip  # noqa: E402
+from e2e_util import Checker, events, named, run, skip  # noqa: E402
 
 WORKER = os.path.join(HERE, "timer_worker.py")
-
-
-def events(path):
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def named(evs, name):
-    return [e for e in evs if e["event"] == name]
 
 
 class Case:
