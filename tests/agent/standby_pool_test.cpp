@@ -14,6 +14,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -56,7 +57,7 @@ struct Pool {
     module("script.py",
            "import os, sys\n"
            "open(os.path.join(os.path.dirname(__file__), 'ran'), 'a').write('x')\n"
-           "print('imported', 'quick_mod' in sys.modules)\n"
+           "print('imported', 'quick_mod' in sys.modules, 'late_thread_mod' in sys.modules)\n"
            "print('rank', os.environ.get('RANK'), os.getenv('WORLD_SIZE'))\n"
            "print('argv', sys.argv[1:])\n"
            "print('path0', sys.path[0] == os.path.dirname(os.path.realpath(__file__)))\n"
@@ -132,7 +133,7 @@ TEST_CASE("a ready standby runs its round's script as a cold worker would", "[ag
   CHECK(status->code == 7);
   CHECK(out.all() ==
         "importing quick_mod\n"  // what the import printed, held until the round
-        "imported True\n"
+        "imported True False\n"
         "rank 4 8\n"
         "argv ['--lr', '0.1']\n"
         "path0 True\n");
@@ -203,6 +204,45 @@ TEST_CASE("imports that fail or are unsafe to hand over turn prewarming off", "[
   CHECK_FALSE(p.pool->claim(0, p.worker(out.write, err.write), [](ExitStatus) {}));
   CHECK(p.records("prewarm_fallback").empty());                // said once, when it was turned off
   CHECK(dtrun::test::readFile(p.dir.path() / "ran").empty());  // the script never ran
+}
+
+TEST_CASE("a standby that became unfit after it was ready restarts itself cold, in place",
+          "[agent][prewarm]") {
+  if (!havePython()) DTRUN_SKIP(kPython << " is missing");
+  // The import leaves a signal handler that starts a Python thread: sent after "ready", the
+  // signal makes the standby unsafe only by the time of its hand-over.
+  Pool p({"late_thread_mod"});
+  const auto marker = p.dir.path() / "thread-started";
+  const std::string touch = "open(" + nlohmann::json(marker.string()).dump() + ", 'w').close()";
+  const std::string handler =
+      "def start(*_):\n"
+      "    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+      "    " +
+      touch + "\n";
+  p.module("late_thread_mod.py",
+           "import signal, threading, time\n" + handler + "signal.signal(signal.SIGUSR1, start)\n");
+  p.start();
+  const int pid = p.await("standby_ready")["pid"];
+  REQUIRE(::kill(pid, SIGUSR1) == 0);
+  REQUIRE(dtrun::test::pollUntil([&] { return std::filesystem::exists(marker); }));
+  Pipe out, err;
+  std::optional<ExitStatus> status;
+  auto process =
+      p.pool->claim(0, p.worker(out.write, err.write), [&](ExitStatus s) { status = s; });
+  REQUIRE(process);  // taken: the standby itself found out, and exec'd a cold start
+  out.closeWrite();
+  err.closeWrite();
+  const auto fallback = p.await("prewarm_fallback");
+  CHECK(fallback["after_handover"] == true);
+  CHECK(fallback["reason"].get<std::string>().find("Python thread") != std::string::npos);
+  REQUIRE(runUntil(
+      p.io, [&] { return status.has_value(); }, 30s));
+  CHECK(status->code == 7);
+  CHECK(process->pid() == pid);  // the same process, group and pidfd
+  const std::string text = out.all();
+  CHECK(text.find("imported False False\nrank 4 8\n") != std::string::npos);  // a fresh one
+  CHECK(text.find("importing quick_mod") == std::string::npos);
+  CHECK(err.all() == "err line\n");
 }
 
 TEST_CASE("-m: a preload that imports the main module is refused", "[agent][prewarm]") {
