@@ -73,7 +73,7 @@ MemoryUse memoryOf(int pid) {
 
 Standby::Standby(boost::asio::io_context& io, SpawnSpec spec, PreloadStream out, PreloadStream err,
                  MessageHandler onMessage, WorkerProcess::ExitHandler onExit)
-    : io_(io), spec_(std::move(spec)), control_(io), onMessage_(std::move(onMessage)) {
+    : spec_(std::move(spec)), control_(io), onMessage_(std::move(onMessage)) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
     throw Error("prewarm: " + errnoText("socketpair"));

@@ -97,7 +97,6 @@ class Standby {
  private:
   void read();
 
-  boost::asio::io_context& io_;
   SpawnSpec spec_;
   std::unique_ptr<WorkerProcess> process_;
   int pid_ = 0;
