@@ -20,12 +20,7 @@ using Env = std::map<std::string, std::string>;
 namespace {
 
 LaunchConfig config(int nproc) {
-  LaunchConfig c;
-  c.nprocPerNode = nproc;
-  c.maxRestarts = 3;
-  c.rdzv.runId = "job42";
-  c.signalsToHandle = {SIGTERM, SIGUSR1};
-  c.entrypoint = {"python3", "-u", "train.py"};
+  LaunchConfig c = testing::envTestConfig(nproc);
   c.baseEnv = {{"PATH", "/usr/bin"}, {"OMP_NUM_THREADS", "1"}, {"PYTHONPATH", "/src"}};
   return c;
 }

@@ -19,17 +19,7 @@ using dtrun::agent::testing::roundOf;
 
 namespace {
 
-LaunchConfig config(int nproc) {
-  LaunchConfig c;
-  c.nprocPerNode = nproc;
-  c.maxRestarts = 3;
-  c.rdzv.runId = "job42";
-  c.signalsToHandle = {SIGTERM, SIGUSR1};
-  c.entrypoint = {"python3", "-u", "train.py"};
-  c.scriptArgs = {"--local-rank=${local_rank}", "--lr", "0.1"};
-  c.baseEnv = {{"PATH", "/usr/bin"}, {"NCCL_ASYNC_ERROR_HANDLING", "0"}};
-  return c;
-}
+LaunchConfig config(int nproc) { return testing::envTestConfig(nproc); }
 
 }  // namespace
 

@@ -9,6 +9,7 @@ does), which lets tests run in parallel.
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -130,3 +131,24 @@ class Checker:
         print(f"{self.failures} of {self.count} check(s) failed" if self.failures else
               f"all {self.count} checks passed")
         return 1 if self.failures else 0
+
+
+def cases(namespace):
+    """A test script's cases: its functions named case_<name>, by <name>."""
+    return {name[5:]: fn for name, fn in namespace.items() if name.startswith("case_")}
+
+
+def run_case(case, k, work):
+    """Runs one case (`k.c` its Checker) in the directory `work`, then exits with the checker's
+    status; a wait that timed out (AssertionError) is a failed check. `work` is removed when
+    every check passed, and kept and named otherwise."""
+    try:
+        case(k)
+    except AssertionError as e:
+        k.c.check(False, str(e))
+    finally:
+        if k.c.failures == 0:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"work directory kept: {work}")
+    sys.exit(k.c.exit_code())

@@ -9,7 +9,6 @@ Exit status: 0 pass, 1 fail, 77 skipped (torch not importable by this interprete
 """
 import argparse
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import time
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from e2e_util import Checker, events, named, run, skip  # noqa: E402
+from e2e_util import Checker, cases, events, named, run, run_case, skip  # noqa: E402
 
 WORKER = os.path.join(HERE, "timer_worker.py")
 
@@ -197,7 +196,7 @@ def case_agent_restarted(k):
         store.wait()
 
 
-CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
+CASES = cases(globals())
 
 
 def main():
@@ -213,15 +212,7 @@ def main():
         except Exception as e:
             skip(f"{sys.executable} cannot import torch.distributed.elastic.timer ({e})")
     work = tempfile.mkdtemp(prefix="dtrun-hang-")
-    k = Case(args, work)
-    try:
-        CASES[args.case](k)
-    finally:
-        if k.c.failures == 0:
-            shutil.rmtree(work, ignore_errors=True)
-        else:
-            print(f"work directory kept: {work}")
-    sys.exit(k.c.exit_code())
+    run_case(CASES[args.case], Case(args, work), work)
 
 
 if __name__ == "__main__":

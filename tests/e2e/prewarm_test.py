@@ -20,7 +20,8 @@ import threading
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from e2e_util import Checker, events, named, run, skip, standalone_like, wait_for  # noqa: E402
+from e2e_util import (Checker, cases, events, named, run, run_case, skip,  # noqa: E402
+                      standalone_like, wait_for)
 
 WORKER = os.path.join(HERE, "prewarm_worker.py")
 
@@ -335,7 +336,7 @@ def case_no_orphans_sigterm(k):
     no_orphans(k, signal.SIGTERM)
 
 
-CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
+CASES = cases(globals())
 
 
 def main():
@@ -350,17 +351,7 @@ def main():
     except Exception as e:
         skip(f"{sys.executable} cannot import torch ({e}); install python3-torch")
     work = tempfile.mkdtemp(prefix="dtrun-prewarm-test-")
-    k = Case(args, work)
-    try:
-        CASES[args.case](k)
-    except AssertionError as e:
-        k.c.check(False, str(e))
-    finally:
-        if k.c.failures == 0:
-            shutil.rmtree(work, ignore_errors=True)
-        else:
-            print(f"work directory kept: {work}")
-    sys.exit(k.c.exit_code())
+    run_case(CASES[args.case], Case(args, work), work)
 
 
 if __name__ == "__main__":
