@@ -18,6 +18,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "agent/worker_env.h"
 #include "tests/agent/child_pipe.h"
@@ -67,6 +68,7 @@ struct Pool {
   }
 
   void module(const std::string& name, const std::string& text) {
+    std::filesystem::create_directories((dir.path() / name).parent_path());
     dtrun::test::writeFile(dir.path() / name, text);
   }
 
@@ -243,6 +245,48 @@ TEST_CASE("a standby that became unfit after it was ready restarts itself cold, 
   CHECK(text.find("imported False False\nrank 4 8\n") != std::string::npos);  // a fresh one
   CHECK(text.find("importing quick_mod") == std::string::npos);
   CHECK(err.all() == "err line\n");
+}
+
+TEST_CASE("-m: the module runs as __main__ from a standby as it does cold", "[agent][prewarm]") {
+  if (!havePython()) DTRUN_SKIP(kPython << " is missing");
+  Pool p({"quick_mod"});
+  p.config.module = true;
+  p.config.script = "pkg.main_mod";
+  p.config.entrypoint = {kPython, "-u", "-m", "pkg.main_mod"};
+  p.module("pkg/__init__.py", "");
+  p.module("pkg/main_mod.py",
+           "import os, sys\n"
+           "print(__name__, __spec__.name, __package__, sys.argv, __file__)\n"
+           "print(sys.path[0] == os.getcwd(), sys.orig_argv[1:])\n"
+           "raise SystemExit('bye from ' + os.environ['RANK'])\n");
+  // The same spec twice: spawned cold, then handed to the standby.
+  auto run = [&](bool warm) {
+    Pipe out, err;
+    std::optional<ExitStatus> status;
+    std::unique_ptr<WorkerProcess> w;
+    if (warm) {
+      w = p.pool->claim(0, p.worker(out.write, err.write), [&](ExitStatus s) { status = s; });
+      REQUIRE(w);
+    } else {
+      w = std::make_unique<WorkerProcess>(p.io, p.worker(out.write, err.write),
+                                          [&](ExitStatus s) { status = s; });
+    }
+    out.closeWrite();
+    err.closeWrite();
+    REQUIRE(runUntil(
+        p.io, [&] { return status.has_value(); }, 30s));
+    return std::make_tuple(status->code, out.all(), err.all());
+  };
+  const auto cold = run(false);
+  p.start();
+  p.await("standby_ready");
+  const auto warm = run(true);
+  CHECK(std::get<0>(cold) == 1);
+  CHECK(std::get<1>(cold).find("__main__ pkg.main_mod pkg") == 0);
+  CHECK(std::get<2>(cold) == "bye from 4\n");
+  CHECK(std::get<1>(warm) == "importing quick_mod\n" + std::get<1>(cold));
+  CHECK(std::get<0>(warm) == std::get<0>(cold));
+  CHECK(std::get<2>(warm) == std::get<2>(cold));
 }
 
 TEST_CASE("-m: a preload that imports the main module is refused", "[agent][prewarm]") {
