@@ -109,6 +109,14 @@ int Agent::run() {
     timer_->start();
   }
   if (config_.dumpStacks) stacks_ = std::make_unique<StackDump>(io_);
+  if (!config_.prewarm.empty()) {
+    // Now, so that the standbys import while the first rendezvous waits.
+    standbys_ = std::make_unique<StandbyPool>(
+        io_, config_,
+        StandbyPoolContext{hangEnv(), context_.userFds, logDir_.disabled(), context_.guard},
+        events_, log_);
+    standbys_->start();
+  }
   job_.watch([this] { dispatch(event::JobChanged{}); },
              [this](std::string why) { dispatch(event::JobLost{job_.describe() + ": " + why}); });
   dispatch(event::Start{});
@@ -236,6 +244,12 @@ void Agent::armSignals() {
 }
 
 void Agent::startWorkers(const rendezvous::RoundInfo& round, const WorkerStore& store) {
+  // --prewarm: a standby still importing is waited for (a cold start would pay that import
+  // again), within --prewarm-timeout.
+  if (standbys_ && standbys_->deferStart([this, round, store] { startWorkers(round, store); })) {
+    stallTimer_.cancel();  // the last group's watch; this one's starts with the workers
+    return;
+  }
   round_ = round;
   const auto attempt = static_cast<int>(round.round);
   const bool firstTree = !logDir_.created();
@@ -260,18 +274,31 @@ void Agent::startWorkers(const rendezvous::RoundInfo& round, const WorkerStore& 
   }
   if (timer_) timer_->clear();  // a new group: nothing of the last one's stays armed
   if (stacks_) stacks_->prune();
-  workers_.start(specs, [this](int lr, ExitStatus s) { onWorkerExit(lr, s); });
+  std::vector<bool> warm(specs.size(), false);
+  WorkerGroup::Adopt adopt;
+  if (standbys_) {
+    adopt = [this, &warm](const WorkerSpec& spec, WorkerProcess::ExitHandler onExit) {
+      auto standby = standbys_->claim(spec.localRank, spec.spawn, std::move(onExit));
+      warm[static_cast<std::size_t>(spec.localRank)] = standby != nullptr;
+      return standby;
+    };
+  }
+  workers_.start(
+      specs, [this](int lr, ExitStatus s) { onWorkerExit(lr, s); }, adopt);
   armStallWatch();
   if (context_.guard) {
     for (int g : workers_.groups()) context_.guard->add(g);
   }
   childEnds.clear();  // the workers hold their ends now; ours must close for EOF to come
   for (int lr = 0; lr < config_.nprocPerNode; ++lr) {
-    events_.record("worker_started", {{"round", round.round},
-                                      {"local_rank", lr},
-                                      {"rank", round.rankOffset + lr},
-                                      {"pid", workers_.worker(lr).pid()}});
+    events_.record("worker_started",
+                   {{"round", round.round},
+                    {"local_rank", lr},
+                    {"rank", round.rankOffset + lr},
+                    {"pid", workers_.worker(lr).pid()},
+                    {"standby", static_cast<bool>(warm[static_cast<std::size_t>(lr)])}});
   }
+  if (standbys_) standbys_->refill();  // the next round's standbys, in the background
 }
 
 void Agent::routeStreams(const rendezvous::RoundInfo& round, int lr, SpawnSpec& spawn,
@@ -281,7 +308,6 @@ void Agent::routeStreams(const rendezvous::RoundInfo& round, int lr, SpawnSpec& 
   // also passes the streams that torchrun leaves alone through the forwarder, so lines never
   // interleave mid-line and stderr's last lines are at hand for the report.
   const int attempt = static_cast<int>(round.round);
-  const int redirect = static_cast<int>(config_.redirects.forRank(lr));
   const int tee = static_cast<int>(config_.tee.forRank(lr));
   const bool onConsole = !config_.localRanksFilter || config_.localRanksFilter->count(lr) != 0;
   const LinePrefixVars vars = linePrefixVars(config_, round, lr, context_.hostname);
@@ -291,7 +317,7 @@ void Agent::routeStreams(const rendezvous::RoundInfo& round, int lr, SpawnSpec& 
         isOut ? logDir_.stdoutPath(attempt, lr) : logDir_.stderrPath(attempt, lr);
     int& childFd = isOut ? spawn.stdoutFd : spawn.stderrFd;
     auto& streamId = isOut ? outStreams_[lr] : errStreams_[lr];
-    if ((redirect & bit) && !(tee & bit)) {
+    if (streamToFileOnly(config_, lr, static_cast<Std>(bit))) {
       if (file.empty()) {
         childFd = -1;  // --log-dir /dev/null: nowhere to redirect to; keep the console
       } else {
@@ -371,6 +397,7 @@ void Agent::collectFailure(int localRank, ExitStatus status) {
 }
 
 void Agent::stopWorkers(int signo, std::optional<std::string> abortReason) {
+  if (standbys_) standbys_->cancelDeferred();  // a start still waiting for standbys
   auto stop = [this, signo] {
     workers_.stop(signo, config_.shutdownTimeout, [this] {
       sweep();
@@ -404,6 +431,7 @@ void Agent::sweep() {
   // worker running, waitid() says at once whether this process has any child left at all; only
   // then is /proc scanned for them.
   std::set<int> keep = workers_.runningPids();
+  if (standbys_) standbys_->addPids(keep);
   siginfo_t info{};
   const bool noChildren = keep.empty() &&
                           ::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 &&
@@ -458,6 +486,7 @@ void Agent::finish(int code) {
   exitBarrierTimer_.cancel();
   stallTimer_.cancel();
   if (timer_) timer_->stop();
+  if (standbys_) standbys_->stop();
   boost::system::error_code ignored;
   signals_.cancel(ignored);
   sigchld_.cancel(ignored);
@@ -470,7 +499,8 @@ void Agent::reapOrphans() {
   // status from its WorkerProcess. So peek (WNOWAIT) at one exited child at a time and reap it
   // only when it is not a worker; a worker's zombie is left to its own handler, which calls
   // this again after reaping it.
-  const std::set<int> workers = workers_.runningPids();
+  std::set<int> workers = workers_.runningPids();
+  if (standbys_) standbys_->addPids(workers);  // standbys report their own exits too
   for (;;) {
     siginfo_t info{};
     if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) return;

@@ -28,6 +28,7 @@
 #include "agent/orphan_guard.h"
 #include "agent/policy.h"
 #include "agent/stack_dump.h"
+#include "agent/standby_pool.h"
 #include "agent/worker_group.h"
 
 namespace dtrun::agent {
@@ -115,6 +116,8 @@ class Agent {
   std::unique_ptr<StackDump> stacks_;
   boost::asio::steady_timer stallTimer_;
   std::chrono::steady_clock::time_point groupStarted_;
+  // --prewarm: a standby interpreter per local rank that takes the next round's worker.
+  std::unique_ptr<StandbyPool> standbys_;
 
   std::deque<Event> pending_;
   bool dispatching_ = false;

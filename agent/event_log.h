@@ -6,7 +6,9 @@
 // caller's fields. Each line is appended with a single write(2) on an O_APPEND descriptor, so
 // several agents (or restarts) may share one file and lines never interleave. Event names in use:
 // rendezvous_done, worker_started, worker_exited, restart_decided, shutdown, worker_hung,
-// timer_expired, worker_group_stalled.
+// timer_expired, worker_group_stalled; with --prewarm also standby_started, standby_ready,
+// prewarm_cost, standby_exited, standby_stopped, prewarm_fallback, prewarm_disabled
+// (docs/agent.md, "Warm starts").
 //
 // With a console descriptor (--event-log-handler console, torchrun's console handler), every
 // line also goes there, one write(2) each, so lines from several processes never interleave.

@@ -129,6 +129,12 @@ struct LaunchConfig {
   /// outcome once one of them stopped answering (torch's exit barrier: 300 s).
   std::chrono::milliseconds exitBarrierTimeout = std::chrono::seconds(300);
 
+  // Warm starts (docs/agent.md, "Warm starts").
+  /// --prewarm: modules every local rank's standby interpreter imports ahead ("" = none).
+  std::vector<std::string> prewarm;
+  /// --prewarm-timeout: how long a round's start waits for a standby still importing.
+  std::chrono::milliseconds prewarmTimeout = std::chrono::seconds(60);
+
   // What the parser noticed, for main to report once.
   bool ompNumThreadsSet = false;      ///< baseEnv got OMP_NUM_THREADS=1: log torchrun's notice
   std::vector<std::string> warnings;  ///< one line each, to log at warning level

@@ -90,6 +90,12 @@ std::vector<std::string> workerEnv(const LaunchConfig& config, const rendezvous:
   return finish();
 }
 
+bool streamToFileOnly(const LaunchConfig& config, int localRank, Std stream) {
+  const int bit = static_cast<int>(stream);
+  return (static_cast<int>(config.redirects.forRank(localRank)) & bit) &&
+         !(static_cast<int>(config.tee.forRank(localRank)) & bit);
+}
+
 LinePrefixVars linePrefixVars(const LaunchConfig& config, const rendezvous::RoundInfo& round,
                               int localRank, const std::string& hostname) {
   LinePrefixVars vars;

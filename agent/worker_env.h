@@ -30,6 +30,10 @@ std::vector<std::string> workerEnv(const LaunchConfig& config, const rendezvous:
                                    const std::string& errorFile,
                                    const std::map<std::string, std::string>& extra = {});
 
+/// torchrun's rule for one of a worker's streams: redirected and not tee'd, it goes to its log
+/// file only; otherwise through the agent (LogForwarder). Pure.
+bool streamToFileOnly(const LaunchConfig& config, int localRank, Std stream);
+
 /// ${rank}, ${local_rank}, ${node_rank}, ... for the console prefix of one worker's lines.
 LinePrefixVars linePrefixVars(const LaunchConfig& config, const rendezvous::RoundInfo& round,
                               int localRank, const std::string& hostname);

@@ -6,13 +6,16 @@
 
 namespace dtrun::agent {
 
-void WorkerGroup::start(const std::vector<WorkerSpec>& specs, ExitHandler onExit) {
+void WorkerGroup::start(const std::vector<WorkerSpec>& specs, ExitHandler onExit,
+                        const Adopt& adopt) {
   workers_.clear();
   workers_.reserve(specs.size());
   for (const auto& spec : specs) {
     int lr = spec.localRank;
-    workers_.push_back(std::make_unique<WorkerProcess>(
-        io_, spec.spawn, [onExit, lr](ExitStatus s) { onExit(lr, s); }));
+    WorkerProcess::ExitHandler exited = [onExit, lr](ExitStatus s) { onExit(lr, s); };
+    std::unique_ptr<WorkerProcess> w = adopt ? adopt(spec, exited) : nullptr;
+    workers_.push_back(w ? std::move(w)
+                         : std::make_unique<WorkerProcess>(io_, spec.spawn, std::move(exited)));
   }
 }
 

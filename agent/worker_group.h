@@ -29,8 +29,14 @@ class WorkerGroup {
   WorkerGroup(const WorkerGroup&) = delete;
   WorkerGroup& operator=(const WorkerGroup&) = delete;
 
-  /// Spawns every worker (the group must be empty or fully exited).
-  void start(const std::vector<WorkerSpec>& specs, ExitHandler onExit);
+  /// A process already running `spec` to take as its worker (a standby, agent/standby_pool.h),
+  /// reporting its exit to the handler given; nullptr: spawn it.
+  using Adopt = std::function<std::unique_ptr<WorkerProcess>(const WorkerSpec& spec,
+                                                             WorkerProcess::ExitHandler onExit)>;
+
+  /// Spawns every worker (the group must be empty or fully exited), or takes what `adopt`
+  /// offers for it.
+  void start(const std::vector<WorkerSpec>& specs, ExitHandler onExit, const Adopt& adopt = {});
   /// Sends `signo` to every running worker's process group.
   void signalAll(int signo);
   /// `first` to every running worker's group, SIGKILL after `grace`; `done` once all exited.

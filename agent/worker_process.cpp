@@ -133,6 +133,10 @@ const std::optional<ExitStatus>& WorkerProcess::exitStatus() const { return stat
 
 const std::string& WorkerProcess::execError() const { return state_->execError; }
 
+void WorkerProcess::setExitHandler(ExitHandler onExit) {
+  if (!state_->exit) state_->onExit = std::move(onExit);
+}
+
 void WorkerProcess::signalGroup(int signo) {
   if (state_->exit || state_->pid <= 0) return;
   // The group may outlive its leader (grandchildren); the leader being gone means we stop here,

@@ -45,6 +45,9 @@ class WorkerProcess {
   const std::optional<ExitStatus>& exitStatus() const;
   /// Why the exec failed ("" when it did not).
   const std::string& execError() const;
+  /// Who hears the exit from now on (a standby handed over to its round, agent/standby.h).
+  /// No-op once the exit was reported.
+  void setExitHandler(ExitHandler onExit);
   /// Sends `signo` to the worker's whole process group (no-op once it exited).
   void signalGroup(int signo);
   /// Sends `first` to the group now and SIGKILL after `grace` if the worker is still running;

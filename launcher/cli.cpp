@@ -173,6 +173,19 @@ constexpr std::array<OptionSpec, 44> kOptions{{
      "of them stopped answering; it never runs its workers again. (default: 300, torch's exit "
      "barrier) [env DTRUN_EXIT_BARRIER_TIMEOUT]",
      "SECONDS"},
+    {"prewarm", "", OptionKind::kValue, kDtrun, "DTRUN_PREWARM",
+     "Keep one standby Python interpreter per local rank that has already imported these "
+     "modules (e.g. torch), started while the rendezvous waits and again after every round's "
+     "start, so that workers start without paying for the imports. The script still runs as "
+     "`python -u script` would, with its round's environment and streams (docs/agent.md, "
+     "\"Warm starts\"); the standbys' memory is reported. Python workers only. [env "
+     "DTRUN_PREWARM]",
+     "MODULE[,MODULE...]"},
+    {"prewarm_timeout", "", OptionKind::kValue, kDtrun, "DTRUN_PREWARM_TIMEOUT",
+     "Seconds a round's start waits for a standby still importing the --prewarm modules; past "
+     "them prewarming is turned off and the workers start cold. (default: 60) [env "
+     "DTRUN_PREWARM_TIMEOUT]",
+     "SECONDS"},
     {"log_level", "", OptionKind::kValue, kDtrun, "DTRUN_LOG_LEVEL",
      "dtrun's own log level: trace, debug, info, warn, error, critical or off. (default: "
      "$DTRUN_LOG_LEVEL, else torch's $LOGLEVEL, else warn)"},
@@ -567,6 +580,42 @@ void resolveConventions(LaunchConfig& cfg, const ParsedOptions& t) {
   }
 }
 
+// --prewarm MODULE[,MODULE...] and --prewarm-timeout: module names checked, and refused where a
+// standby cannot stand in for a worker.
+void resolvePrewarm(LaunchConfig& cfg, const ParsedOptions& t) {
+  const auto* g = t.value("prewarm");
+  if (g && !g->value.empty()) {
+    for (const std::string& name : splitOn(g->value, ',')) {
+      bool ok = !name.empty();
+      for (const std::string& part : splitOn(name, '.')) {
+        ok = ok && !part.empty() && !std::isdigit(static_cast<unsigned char>(part[0]));
+        for (char c : part) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+      }
+      if (!ok) {
+        throw UsageError(g->source + ": invalid value '" + g->value + "': '" + name +
+                         "' is not a module name; expected MODULE[,MODULE...], e.g. torch");
+      }
+      if (cfg.module && name == cfg.script) {
+        throw UsageError(g->source + ": '" + name +
+                         "' is the -m module, which runs as __main__: it cannot be imported "
+                         "ahead");
+      }
+      cfg.prewarm.push_back(name);
+    }
+    if (cfg.noPython && !cfg.runPath) {
+      throw UsageError(g->source +
+                       " with --no-python: the workers are not Python interpreters, so there "
+                       "is nothing to import ahead");
+    }
+  }
+  if (const auto* timeout = t.value("prewarm_timeout")) {
+    cfg.prewarmTimeout = parseSeconds(timeout->source, timeout->value);
+    if (cfg.prewarm.empty()) {
+      cfg.warnings.push_back(timeout->source + " does nothing without --prewarm");
+    }
+  }
+}
+
 // --event-log, --log-line-prefix-template, --no-agent-store, --log-level.
 void resolveDtrunOptions(LaunchConfig& cfg, const ParsedOptions& t, const Env& env) {
   cfg.stopOnStdinClose = t.flag("stop_on_stdin_close");
@@ -694,6 +743,7 @@ LaunchConfig resolveLaunchConfig(const ParsedOptions& t, const Env& env, const H
   resolveConventions(cfg, t);
   checkVirtualLocalRank(cfg, t, env);
   resolveHangOptions(cfg, t, env);
+  resolvePrewarm(cfg, t);
 
   // The workers' environment: the launcher's own, plus what torchrun adds to its own (not for
   // workers that get no launcher's variables at all).

@@ -14,31 +14,12 @@ using namespace dtrun::agent;
 using dtrun::rendezvous::NodeInfo;
 using dtrun::rendezvous::RoundInfo;
 using Env = std::map<std::string, std::string>;
+using dtrun::agent::testing::envMap;
 using dtrun::agent::testing::roundOf;
 
 namespace {
 
-Env asMap(const std::vector<std::string>& entries) {
-  Env env;
-  for (const auto& e : entries) {
-    auto eq = e.find('=');
-    REQUIRE(eq != std::string::npos);
-    REQUIRE(env.emplace(e.substr(0, eq), e.substr(eq + 1)).second);  // no key twice
-  }
-  return env;
-}
-
-LaunchConfig config(int nproc) {
-  LaunchConfig c;
-  c.nprocPerNode = nproc;
-  c.maxRestarts = 3;
-  c.rdzv.runId = "job42";
-  c.signalsToHandle = {SIGTERM, SIGUSR1};
-  c.entrypoint = {"python3", "-u", "train.py"};
-  c.scriptArgs = {"--local-rank=${local_rank}", "--lr", "0.1"};
-  c.baseEnv = {{"PATH", "/usr/bin"}, {"NCCL_ASYNC_ERROR_HANDLING", "0"}};
-  return c;
-}
+LaunchConfig config(int nproc) { return testing::envTestConfig(nproc); }
 
 }  // namespace
 
@@ -47,7 +28,7 @@ TEST_CASE("every rank of the second of two nodes", "[agent][env]") {
   const auto round = roundOf(/*round=*/3, 1, 2, 2);
   for (int lr = 0; lr < 2; ++lr) {
     INFO("local rank " << lr);
-    Env env = asMap(workerEnv(c, round, lr, WorkerStore{"head", 29400}, "/logs/e.json"));
+    Env env = envMap(workerEnv(c, round, lr, WorkerStore{"head", 29400}, "/logs/e.json"));
     CHECK(env.at("RANK") == std::to_string(2 + lr));
     CHECK(env.at("LOCAL_RANK") == std::to_string(lr));
     CHECK(env.at("GROUP_RANK") == "1");
@@ -78,7 +59,7 @@ TEST_CASE("nodes of different sizes: offsets come from the round", "[agent][env]
   RoundInfo r = roundOf(0, 2, 3, 3);
   r.rankOffset = 5;  // nodes 0 and 1 ran 2 and 3 workers
   r.worldSize = 8;
-  Env env = asMap(workerEnv(c, r, 2, WorkerStore{"h", 1}, ""));
+  Env env = envMap(workerEnv(c, r, 2, WorkerStore{"h", 1}, ""));
   CHECK(env.at("RANK") == "7");
   CHECK(env.at("WORLD_SIZE") == "8");
   CHECK(env.at("LOCAL_WORLD_SIZE") == "3");
@@ -91,7 +72,7 @@ TEST_CASE("mixed roles: role ranks count the nodes of the same role only", "[age
   r.mixedRoles = true;
   r.nodes = {NodeInfo{"a", "a", 11, 2, "trainer"}, NodeInfo{"b", "b", 12, 2, "reader"},
              NodeInfo{"c", "c", 13, 2, "trainer"}};
-  Env env = asMap(workerEnv(c, r, 1, WorkerStore{"h", 1}, ""));
+  Env env = envMap(workerEnv(c, r, 1, WorkerStore{"h", 1}, ""));
   CHECK(env.at("RANK") == "5");
   CHECK(env.at("ROLE_NAME") == "trainer");
   CHECK(env.at("ROLE_RANK") == "3");
@@ -102,7 +83,7 @@ TEST_CASE("virtual local rank: LOCAL_RANK 0 and the rank's own device", "[agent]
   auto c = config(2);
   c.virtualLocalRank = true;
   c.baseEnv["CUDA_VISIBLE_DEVICES"] = "4,6";
-  Env env = asMap(workerEnv(c, roundOf(0, 0, 1, 2), 1, WorkerStore{"h", 1}, ""));
+  Env env = envMap(workerEnv(c, roundOf(0, 0, 1, 2), 1, WorkerStore{"h", 1}, ""));
   CHECK(env.at("LOCAL_RANK") == "0");
   CHECK(env.at("RANK") == "1");
   CHECK(env.at("CUDA_VISIBLE_DEVICES") == "6");

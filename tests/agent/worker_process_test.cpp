@@ -20,6 +20,7 @@
 
 #include "agent/orphan_guard.h"
 #include "agent/worker_group.h"
+#include "tests/agent/child_pipe.h"
 #include "tests/support/run_until.h"
 #include "tests/support/test_support.h"
 
@@ -38,38 +39,7 @@ SpawnSpec shell(const std::string& script) {
   return s;
 }
 
-// A pipe whose read end the test keeps; the write end becomes a child's stdout.
-struct Pipe {
-  int read = -1;
-  int write = -1;
-  Pipe() {
-    int fds[2];
-    REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
-    read = fds[0];
-    write = fds[1];
-  }
-  ~Pipe() {
-    closeWrite();
-    if (read >= 0) ::close(read);
-  }
-  void closeWrite() {
-    if (write >= 0) ::close(write);
-    write = -1;
-  }
-  // One line the child wrote, within 20 s.
-  std::string line() {
-    std::string out;
-    const auto deadline = std::chrono::steady_clock::now() + 20s;
-    char c = 0;
-    while (std::chrono::steady_clock::now() < deadline) {
-      pollfd p{read, POLLIN, 0};
-      if (::poll(&p, 1, 100) <= 0) continue;
-      if (::read(read, &c, 1) != 1 || c == '\n') break;
-      out += c;
-    }
-    return out;
-  }
-};
+using Pipe = dtrun::agent::testing::ChildPipe;
 
 }  // namespace
 

@@ -7,10 +7,13 @@ instead (--rdzv_backend=c10d --rdzv_endpoint=localhost:0, what newest torchrun's
 does), which lets tests run in parallel.
 """
 import argparse
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import time
 
 SKIP = 77  # ctest SKIP_RETURN_CODE
 ANCHOR = os.environ.get(
@@ -77,6 +80,32 @@ def run(cmd, env, cwd, timeout, log):
     return code, text
 
 
+def events(path):
+    """The records of an --event-log file ([] while it does not exist)."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def named(evs, name):
+    """The records of event `name`, in order."""
+    return [e for e in evs if e["event"] == name]
+
+
+def wait_for(cond, timeout, what):
+    """Polls `cond` until it returns something truthy (returned) or `timeout` seconds pass
+    (AssertionError naming `what`)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
 class Checker:
     """Collects failed checks, prints each, and gives the exit code at the end: a failure when a
     check failed, or when none was made (a test that asserts nothing cannot fail)."""
@@ -102,3 +131,24 @@ class Checker:
         print(f"{self.failures} of {self.count} check(s) failed" if self.failures else
               f"all {self.count} checks passed")
         return 1 if self.failures else 0
+
+
+def cases(namespace):
+    """A test script's cases: its functions named case_<name>, by <name>."""
+    return {name[5:]: fn for name, fn in namespace.items() if name.startswith("case_")}
+
+
+def run_case(case, k, work):
+    """Runs one case (`k.c` its Checker) in the directory `work`, then exits with the checker's
+    status; a wait that timed out (AssertionError) is a failed check. `work` is removed when
+    every check passed, and kept and named otherwise."""
+    try:
+        case(k)
+    except AssertionError as e:
+        k.c.check(False, str(e))
+    finally:
+        if k.c.failures == 0:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"work directory kept: {work}")
+    sys.exit(k.c.exit_code())

@@ -8,9 +8,7 @@ usage: hang_test.py --dtrun BIN --probe WORKER_PROBE --case CASE
 Exit status: 0 pass, 1 fail, 77 skipped (torch not importable by this interpreter).
 """
 import argparse
-import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,20 +18,9 @@ import time
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from e2e_util import Checker, run, skip  # noqa: E402
+from e2e_util import Checker, cases, events, named, run, run_case, skip  # noqa: E402
 
 WORKER = os.path.join(HERE, "timer_worker.py")
-
-
-def events(path):
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def named(evs, name):
-    return [e for e in evs if e["event"] == name]
 
 
 class Case:
@@ -209,7 +196,7 @@ def case_agent_restarted(k):
         store.wait()
 
 
-CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
+CASES = cases(globals())
 
 
 def main():
@@ -225,15 +212,7 @@ def main():
         except Exception as e:
             skip(f"{sys.executable} cannot import torch.distributed.elastic.timer ({e})")
     work = tempfile.mkdtemp(prefix="dtrun-hang-")
-    k = Case(args, work)
-    try:
-        CASES[args.case](k)
-    finally:
-        if k.c.failures == 0:
-            shutil.rmtree(work, ignore_errors=True)
-        else:
-            print(f"work directory kept: {work}")
-    sys.exit(k.c.exit_code())
+    run_case(CASES[args.case], Case(args, work), work)
 
 
 if __name__ == "__main__":

@@ -235,6 +235,8 @@ std::vector<Case> everyOption() {
       {"stall_timeout", "2.5", [](auto& c) { return c.stallTimeout == 2500ms; }},
       {"dump_stacks", "", [](auto& c) { return c.dumpStacks; }},
       {"exit_barrier_timeout", "7", [](auto& c) { return c.exitBarrierTimeout == 7s; }},
+      {"prewarm", "torch", [](auto& c) { return c.prewarm == Args{"torch"}; }},
+      {"prewarm_timeout", "5", [](auto& c) { return c.prewarmTimeout == 5s; }},
       {"log_level", "debug", [](auto& c) { return c.logLevel == "debug"; }},
       {"worker_variables", "deepspeed",
        [](auto& c) { return c.workerVariables == WorkerVariables::kDeepSpeed; }},
@@ -288,6 +290,8 @@ TEST_CASE("PET_ variables stand in for options, and the command line wins", "[la
     if (c.dest == "stall_timeout") var = "DTRUN_STALL_TIMEOUT";
     if (c.dest == "dump_stacks") var = "DTRUN_DUMP_STACKS";
     if (c.dest == "exit_barrier_timeout") var = "DTRUN_EXIT_BARRIER_TIMEOUT";
+    if (c.dest == "prewarm") var = "DTRUN_PREWARM";
+    if (c.dest == "prewarm_timeout") var = "DTRUN_PREWARM_TIMEOUT";
     INFO(var);
     auto cfg = parse({"train.py"}, {{var, c.value.empty() ? "1" : c.value}});
     CHECK(c.landed(cfg));
@@ -1224,6 +1228,34 @@ TEST_CASE("hang options: torchrun's file-timer variables, stalls, stacks", "[lau
   REQUIRE(lonely.warnings.size() == 1);
   CHECK_THAT(lonely.warnings[0], Contains("--dump-stacks does nothing"));
   CHECK(parse({"--dump-stacks", "--stall-timeout", "60", "train.py"}).warnings.empty());
+}
+
+TEST_CASE("--prewarm: module names, and refused where a standby cannot stand in",
+          "[launcher][cli]") {
+  auto off = parse({"train.py"});
+  CHECK(off.prewarm.empty());
+  CHECK(off.prewarmTimeout == 60s);
+  CHECK(parse({"--prewarm", "torch,numpy.linalg,my_model", "train.py"}).prewarm ==
+        Args{"torch", "numpy.linalg", "my_model"});
+  CHECK(parse({"--prewarm", "torch", "--run-path", "--no-python", "train.py"}).prewarm ==
+        Args{"torch"});  // --run-path runs Python whatever --no-python says
+  CHECK(parse({"train.py"}, {{"DTRUN_PREWARM", ""}}).prewarm.empty());
+  CHECK_THAT(usageError({"--prewarm", "torch", "--no-python", "train.sh"}),
+             StartsWith("--prewarm with --no-python: the workers are not Python interpreters"));
+  CHECK_THAT(usageError({"--prewarm", "torch", "-m", "torch", "x"}),
+             StartsWith("--prewarm: 'torch' is the -m module, which runs as __main__"));
+  for (const std::string bad : {"torch,", "a b", "1st", "torch..nn", ".x", "os/path"}) {
+    INFO(bad);
+    CHECK_THAT(usageError({"--prewarm", bad, "train.py"}),
+               StartsWith("--prewarm: invalid value '" + bad + "'"));
+  }
+  CHECK_THAT(usageError({"train.py"}, {{"DTRUN_PREWARM", "x-y"}}),
+             StartsWith("DTRUN_PREWARM: invalid value 'x-y': 'x-y' is not a module name"));
+  CHECK_THAT(usageError({"--prewarm", "torch", "--prewarm-timeout", "0", "train.py"}),
+             StartsWith("--prewarm-timeout"));
+  auto lonely = parse({"--prewarm-timeout", "5", "train.py"});
+  REQUIRE(lonely.warnings.size() == 1);
+  CHECK_THAT(lonely.warnings[0], Contains("--prewarm-timeout does nothing without --prewarm"));
 }
 
 TEST_CASE("rdzv-conf token_file, or DTRUN_RDZV_TOKEN_FILE: the store's secret, read up front",
