@@ -85,7 +85,7 @@ Agent::Agent(boost::asio::io_context& io, const LaunchConfig& config, JobLink& j
       logDir_(config.logDir, config.rdzv.runId),
       // --event-log-handler console: torchrun's console handler prints each event on stderr.
       events_(config.eventLog, config.eventLogHandler == "console" ? STDERR_FILENO : -1),
-      workers_(io),
+      workers_(io, log_),
       forwarder_(io),
       signals_(io),
       sigchld_(io, SIGCHLD),
@@ -154,9 +154,17 @@ void Agent::execute(Action& action) {
             job_.join(guarded<rendezvous::RoundInfo>([this](Result<rendezvous::RoundInfo> r) {
               if (r.ok()) {
                 dispatch(event::Joined{*r.value});
-              } else {
-                dispatch(event::JoinFailed{r.message()});
+                return;
               }
+              event::JoinFailed failed{r.message(), std::nullopt, {}};
+              try {
+                std::rethrow_exception(r.error);
+              } catch (const rendezvous::JobOverError& over) {
+                failed.over = over.record();
+                failed.failures = parseFailures(over.record().failures);
+              } catch (...) {
+              }
+              dispatch(std::move(failed));
             }));
           },
           [&](action::GetWorkerStore&) {
@@ -223,6 +231,18 @@ void Agent::execute(Action& action) {
             exitBarrierTimer_.async_wait([this](boost::system::error_code ec) {
               if (!ec) dispatch(event::ExitBarrierExpired{});
             });
+          },
+          [&](action::ReadJobRecord&) {
+            job_.readRecord(guarded<rendezvous::JobRecord>([this](Result<rendezvous::JobRecord> r) {
+              event::JobRecordRead read;
+              if (r.ok()) {
+                read.failures = parseFailures(r.value->failures);
+                read.record = std::move(*r.value);
+              } else {
+                read.error = r.message();
+              }
+              dispatch(std::move(read));
+            }));
           },
           [&](action::CloseJob&) { job_.close(); },
           [&](action::Finish& a) { finish(a.code); },
@@ -446,21 +466,26 @@ void Agent::sweep() {
 }
 
 void Agent::readFailures(std::int64_t round) {
-  job_.failures(round,
-                guarded<std::vector<std::string>>([this](Result<std::vector<std::string>> r) {
-                  std::vector<ProcessFailure> failures;
-                  if (!r.ok()) {
-                    log_->warn("could not read the job's failures: {}", r.message());
-                  }
-                  for (const auto& f : r.ok() ? *r.value : std::vector<std::string>{}) {
-                    try {
-                      failures.push_back(nlohmann::json::parse(f).get<ProcessFailure>());
-                    } catch (const std::exception& e) {
-                      log_->warn("unreadable failure record: {}", e.what());
-                    }
-                  }
-                  dispatch(event::FailuresRead{std::move(failures)});
-                }));
+  job_.failures(
+      round, guarded<std::vector<std::string>>([this](Result<std::vector<std::string>> r) {
+        if (!r.ok()) {
+          log_->warn("could not read the job's failures: {}", r.message());
+        }
+        dispatch(
+            event::FailuresRead{parseFailures(r.ok() ? *r.value : std::vector<std::string>{})});
+      }));
+}
+
+std::vector<ProcessFailure> Agent::parseFailures(const std::vector<std::string>& records) const {
+  std::vector<ProcessFailure> failures;
+  for (const auto& f : records) {
+    try {
+      failures.push_back(nlohmann::json::parse(f).get<ProcessFailure>());
+    } catch (const std::exception& e) {
+      log_->warn("unreadable failure record: {}", e.what());
+    }
+  }
+  return failures;
 }
 
 void Agent::printReport(const std::vector<ProcessFailure>& failures) {

@@ -84,6 +84,8 @@ class Agent {
   void sweep();
   void reapOrphans();
   void readFailures(std::int64_t round);
+  /// The job's failure records (JSON each) as reports; an unreadable one is logged and skipped.
+  std::vector<ProcessFailure> parseFailures(const std::vector<std::string>& records) const;
   void printReport(const std::vector<ProcessFailure>& failures);
   void finish(int code);
   void armSignals();

@@ -25,9 +25,15 @@ C10dJob::C10dJob(boost::asio::io_context& io, C10dJobOptions options,
       log_(std::move(log)),
       address_(options_.store.host + ":" + std::to_string(options_.store.port)),
       jobPrefix_("dtrun/" + options_.runId),
-      heartbeatTimer_(io) {
+      heartbeatTimer_(io),
+      recordReader_(io) {
   options_.store.dialect = rendezvous::wire::Dialect::kTorch2;
   ops_ = std::make_shared<TcpStore>(options_.store);
+  job_ = std::make_shared<rendezvous::PrefixStore>(jobPrefix_, ops_);
+  // Counted before the close action that uncounts it: an agent that dies in between leaves the
+  // count one too high, which costs the host close_timeout at the end, never a late agent its
+  // outcome.
+  job_->add(DynamicRendezvous::agentsKey(), 1);
   {
     TcpStore membership(options_.store);
     // A stopped or cut-off agent keeps its socket open; the lease makes the server close it
@@ -36,10 +42,12 @@ C10dJob::C10dJob(boost::asio::io_context& io, C10dJobOptions options,
     membership_ = std::make_unique<StoreChannel>(io_, membership.detachSocket(), address_,
                                                  options_.store.keyPrefix);
     TcpStore watcher(options_.store);
+    // No lease here: a stopped agent keeps this connection and its count until it exits.
+    watcher.addOnClose(job_->joinKey(DynamicRendezvous::agentsKey()), -1);
+    watcher.addOnClose(job_->joinKey(DynamicRendezvous::epochKey()), 1);
     watcher_ = std::make_unique<StoreChannel>(io_, watcher.detachSocket(), address_,
                                               options_.store.keyPrefix);
   }
-  job_ = std::make_shared<rendezvous::PrefixStore>(jobPrefix_, ops_);
   rdzv_ = std::make_unique<DynamicRendezvous>(
       job_, options_.me, options_.rendezvous, [this](std::int64_t round) { registerMember(round); },
       log_, [this] { return stopping_.load(); });
@@ -66,6 +74,24 @@ void C10dJob::close() {
   ops_->interrupt();
   if (queue_) queue_->stop();
   if (probeThread_.joinable()) probeThread_.join();
+  recordReader_.cancel();  // bounded by its connection's deadlines
+}
+
+void C10dJob::readRecord(std::function<void(Result<rendezvous::JobRecord>)> done) {
+  if (stopping_) return;
+  if (storeSilent_) {
+    recordReader_.fail("the store did not answer a fresh connection either", std::move(done));
+    return;
+  }
+  // Not the ops connection: its thread may be stuck in a call to a store that went silent.
+  TcpStoreOptions o = options_.store;
+  o.connectTimeout = options_.heartbeatTimeout;
+  o.timeout = options_.heartbeatTimeout;
+  recordReader_.read(
+      [o, prefix = jobPrefix_] {
+        return std::make_shared<rendezvous::PrefixStore>(prefix, std::make_shared<TcpStore>(o));
+      },
+      std::move(done));
 }
 
 void C10dJob::registerMember(std::int64_t round) {
@@ -140,6 +166,7 @@ std::string C10dJob::classifyHeartbeatFailure(const std::string& error) {
   try {
     TcpStore(probe).ping();
   } catch (const std::exception&) {
+    storeSilent_ = true;
     return "heartbeat failed and the store does not answer: " + error;
   }
   return "the store dropped this agent after more than " +

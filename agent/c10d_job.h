@@ -8,7 +8,11 @@
 //               round and a DTRUN_LEASE, and pinged every keep_alive_interval by a timer. Its
 //               closing (agent killed, or silent for interval x max_attempt) is how the other
 //               nodes learn this node is gone.
-//   watch       on the io thread too: parked in WAIT_CHANGE on the job's epoch.
+//   watch       on the io thread too: parked in WAIT_CHANGE on the job's epoch. It also counts
+//               this agent in the job's `agents` (ADD_ON_CLOSE -1), so that the store's host,
+//               once the job is over, waits for every agent to leave (close_timeout at most):
+//               one stopped or cut off while the job ended still reads how it ended.
+// A lost job's outcome is read on a fourth, short-lived connection of its own (outcome()).
 // Results of the rendezvous thread are posted back to the io thread, the only one that touches
 // the agent's state (docs/agent.md, "Threads").
 #pragma once
@@ -31,6 +35,7 @@
 #include <variant>
 
 #include "agent/job_link.h"
+#include "agent/record_reader.h"
 #include "agent/store_channel.h"
 #include "agent/work_queue.h"
 #include "rendezvous/dynamic_rendezvous.h"
@@ -83,6 +88,8 @@ class C10dJob : public JobLink {
                 std::function<void(Result<std::int64_t>)> done) override;
   void failures(std::int64_t round,
                 std::function<void(Result<std::vector<std::string>>)> done) override;
+  /// On a short-lived thread and a new connection, bounded by the heartbeat timeout.
+  void readRecord(std::function<void(Result<rendezvous::JobRecord>)> done) override;
   /// Sets the round's abort key (worker_runtime watches it) and confirms the server has it.
   void abortWorkers(std::int64_t round, std::string reason, std::function<void()> done) override;
   bool servesOthers() const override { return options_.hostsStore; }
@@ -119,6 +126,9 @@ class C10dJob : public JobLink {
   std::mutex mutex_;  // guards pendingRegistration_ (rendezvous thread vs io thread)
   std::shared_ptr<std::promise<std::string>> pendingRegistration_;
   std::atomic<bool> stopping_{false};
+  // The heartbeat's probe found the store silent: outcome() then answers at once instead of
+  // waiting its own timeout on the same silence.
+  std::atomic<bool> storeSilent_{false};
   bool epochRegistered_ = false;  // rendezvous thread only
   // Io thread only:
   bool watching_ = false;
@@ -127,6 +137,7 @@ class C10dJob : public JobLink {
   std::function<void(std::string)> onLost_;
   std::unique_ptr<WorkQueue> queue_;  // the rendezvous thread
   std::thread probeThread_;
+  RecordReader recordReader_;
 };
 
 }  // namespace dtrun::agent

@@ -159,17 +159,28 @@ void EtcdJob::close() {
     if (*c) (*c)->interrupt();
   }
   if (queue_) queue_->stop();
+  recordReader_.cancel();
   for (auto* t : {&watchThread_, &keepAliveThread_}) {
     if (t->joinable()) t->join();
   }
   leaveWorkerStore();
+  if (unreachable_) {
+    // Every member was just tried for quorum_timeout: trying again would hold the exit for a
+    // request timeout per member. The lease lapses by itself.
+    log_->debug("rendezvous: leaving {} without revoking the lease (etcd is unreachable)",
+                describe());
+    return;
+  }
   // Leave now: revoking the lease deletes this node's keys, which the others see at once.
   try {
     auto last = makeClient(milliseconds(0));
     last->leaseRevoke(lease_);
     if (finishedAndAlone(*last)) {
-      last->remove(prefix_, prefixEnd(prefix_));
-      log_->debug("rendezvous: the job is over and this agent was the last: its keys are deleted");
+      keepRecordOnly(*last);
+      log_->debug(
+          "rendezvous: the job is over and this agent was the last: its keys are deleted "
+          "but for its outcome, kept {}",
+          seconds(options_.closeTimeout));
     }
   } catch (const std::exception& e) {
     log_->debug("rendezvous: leaving {}: {} (the lease lapses by itself)", describe(), e.what());
@@ -184,6 +195,41 @@ bool EtcdJob::finishedAndAlone(EtcdClient& client) {
       client.txn({}, {Op::get(prefix_ + "succeeded"), Op::get(prefix_ + "final"), members}, {});
   const bool finished = !seen.ranges.at(0).kvs.empty() || !seen.ranges.at(1).kvs.empty();
   return finished && seen.ranges.at(2).count == 0;
+}
+
+void EtcdJob::keepRecordOnly(EtcdClient& client) {
+  const std::string succeeded = prefix_ + "succeeded", final = prefix_ + "final";
+  const auto seen = client.txn({}, {Op::get(succeeded), Op::get(final)}, {});
+  const auto ttl = std::max(std::chrono::seconds(1),
+                            std::chrono::ceil<std::chrono::seconds>(options_.closeTimeout));
+  const std::int64_t lease = client.leaseGrant(ttl);
+  std::vector<Op> keep;
+  for (std::size_t i = 0; i < 2; ++i) {
+    const auto& kvs = seen.ranges.at(i).kvs;
+    if (!kvs.empty()) keep.push_back(Op::put(kvs.front().key, kvs.front().value, lease));
+  }
+  client.txn({}, keep, {});
+  // Around the two keys ("final" sorts before "succeeded"): what is before, between and after.
+  const std::string after = std::string(1, '\0');
+  client.remove(prefix_, final);
+  client.remove(final + after, succeeded);
+  client.remove(succeeded + after, prefixEnd(prefix_));
+}
+
+void EtcdJob::readRecord(std::function<void(Result<rendezvous::JobRecord>)> done) {
+  if (stopping_) return;
+  if (unreachable_) {
+    recordReader_.fail("etcd is unreachable", std::move(done));
+    return;
+  }
+  // A client of its own: the ops thread may be stuck on members that went silent.
+  recordReader_.read(
+      [this] {
+        return std::make_shared<rendezvous::PrefixStore>(
+            "dtrun/" + options_.runId,
+            std::make_shared<rendezvous::etcd::EtcdStore>(makeClient(milliseconds(0))));
+      },
+      std::move(done));
 }
 
 void EtcdJob::registerMember(std::int64_t round) {
@@ -278,6 +324,7 @@ void EtcdJob::watchLoop(std::int64_t fromRevision) {
       changed();
     } catch (const rendezvous::etcd::UnreachableError& e) {
       if (stopping_) return;
+      unreachable_ = true;
       lost(unreachable(options_.quorumTimeout, e.details()));
       return;
     } catch (const std::exception& e) {
@@ -320,6 +367,7 @@ void EtcdJob::keepAliveLoop() {
       const auto* u = dynamic_cast<const rendezvous::etcd::UnreachableError*>(&e);
       const std::string details = u ? u->details() : e.what();
       if (down >= options_.quorumTimeout) {
+        unreachable_ = true;
         lost(unreachable(down, details));
         return;
       }
@@ -354,7 +402,8 @@ rendezvous::JobState EtcdJob::readState(std::int64_t round) {
                                           DynamicRendezvous::goneKey(round),
                                           DynamicRendezvous::roundKey(round, "waiting"),
                                           DynamicRendezvous::roundKey(round, "done"),
-                                          "restarts"};
+                                          "restarts",
+                                          "succeeded"};
   // Counters are a key plus its increments, K\x01... (rendezvous/etcd/etcd_store.h): each read
   // spans [K, K\x02).
   std::vector<Op> reads;
@@ -379,6 +428,9 @@ rendezvous::JobState EtcdJob::readState(std::int64_t round) {
   s.waiting = number(3);
   s.done = number(4);
   s.restarts = number(5);
+  if (const auto succeeded = value(6)) {
+    s.succeeded = rendezvous::parseDecimal(*succeeded).value_or(-1);
+  }
   return s;
 }
 

@@ -36,6 +36,7 @@
 
 #include "agent/hosted_store.h"
 #include "agent/job_link.h"
+#include "agent/record_reader.h"
 #include "agent/store_channel.h"
 #include "agent/work_queue.h"
 #include "rendezvous/dynamic_rendezvous.h"
@@ -57,6 +58,9 @@ struct EtcdJobOptions {
   std::chrono::milliseconds connectTimeout = std::chrono::seconds(5);
   /// Where group rank 0's worker store listens (an address the other nodes reach).
   std::string localAddr;
+  /// How long the outcome of a finished job stays readable after its last agent left, for
+  /// agents that lost their lease while it ended (on a lease of this TTL).
+  std::chrono::milliseconds closeTimeout = std::chrono::seconds(30);
 };
 
 class EtcdJob : public JobLink {
@@ -81,12 +85,14 @@ class EtcdJob : public JobLink {
                 std::function<void(Result<std::int64_t>)> done) override;
   void failures(std::int64_t round,
                 std::function<void(Result<std::vector<std::string>>)> done) override;
+  /// On a short-lived thread with a client of its own (one pass over the members).
+  void readRecord(std::function<void(Result<rendezvous::JobRecord>)> done) override;
   /// Native workers watch the round's worker store; the abort key goes there (by the host).
   void abortWorkers(std::int64_t round, std::string reason, std::function<void()> done) override;
   /// Nobody reads anything from this node after their workers finished: the state is in etcd.
   bool servesOthers() const override { return false; }
   /// Revokes the lease (the others see this node leave at once); the last agent of a finished
-  /// job deletes its keys.
+  /// job deletes its keys, but for its outcome, which stays for closeTimeout.
   void close() override;
   std::string describe() const override;
 
@@ -113,6 +119,9 @@ class EtcdJob : public JobLink {
   void watchStoreHost(std::int64_t round, int fd, std::string address, std::string hostMember);
   /// The job is over (succeeded or failed for good) and no agent of it is left: its keys may go.
   bool finishedAndAlone(rendezvous::etcd::EtcdClient& client);
+  /// The last agent of a finished job leaves: every key goes but `succeeded` and `final`, which
+  /// move onto a lease of closeTimeout.
+  void keepRecordOnly(rendezvous::etcd::EtcdClient& client);
 
   boost::asio::io_context& io_;
   EtcdJobOptions options_;
@@ -130,8 +139,10 @@ class EtcdJob : public JobLink {
   std::condition_variable cv_;  // wakes the keep-alive thread on close
   std::atomic<bool> stopping_{false};
   std::atomic<bool> lostReported_{false};
-  std::atomic<bool> finished_{false};  // the watch saw the job succeed or fail for good
+  std::atomic<bool> finished_{false};     // the watch saw the job succeed or fail for good
+  std::atomic<bool> unreachable_{false};  // lost for an outage: outcome() does not try again
   std::thread watchThread_, keepAliveThread_;
+  RecordReader recordReader_{io_};
   // Io thread only:
   bool watching_ = false;
   std::function<void()> onChange_;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/job_record.h"
 
 namespace dtrun::agent {
 
@@ -85,6 +86,10 @@ class JobLink {
   /// Every failure recorded for `round`, oldest first (JSON documents).
   virtual void failures(std::int64_t round,
                         std::function<void(Result<std::vector<std::string>>)> done) = 0;
+  /// For an agent that lost the job: what the job left on record (JobRecord: succeeded, failed
+  /// for good, or neither yet), read afresh, not through the connections that failed, and
+  /// bounded (the heartbeat or request timeout). An error when it cannot be read.
+  virtual void readRecord(std::function<void(Result<rendezvous::JobRecord>)> done) = 0;
   /// Tells native workers (worker_runtime) of `round` to abort their collectives; `done` runs
   /// once that is done or failed (never throws, never reports an error: best effort).
   virtual void abortWorkers(std::int64_t round, std::string reason, std::function<void()> done) = 0;

@@ -50,6 +50,12 @@ void LocalJob::workerStore(const rendezvous::RoundInfo&,
   later([done = std::move(done), r = std::move(r)] { done(r); });
 }
 
+void LocalJob::readRecord(std::function<void(Result<rendezvous::JobRecord>)> done) {
+  rendezvous::JobRecord o;
+  o.final = final_;
+  later([done = std::move(done), o] { done(Result<rendezvous::JobRecord>::success(o)); });
+}
+
 void LocalJob::state(std::int64_t round, std::function<void(Result<rendezvous::JobState>)> done) {
   rendezvous::JobState s;
   s.round = round_;

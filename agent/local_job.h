@@ -49,6 +49,8 @@ class LocalJob : public JobLink {
                 std::function<void(Result<std::int64_t>)> done) override;
   void failures(std::int64_t round,
                 std::function<void(Result<std::vector<std::string>>)> done) override;
+  /// Never lost, but answered: the final record, if the job failed for good.
+  void readRecord(std::function<void(Result<rendezvous::JobRecord>)> done) override;
   void abortWorkers(std::int64_t round, std::string reason, std::function<void()> done) override;
   bool servesOthers() const override { return false; }
   void close() override { closed_ = true; }

@@ -60,7 +60,8 @@ void Policy::join() {
 }
 
 void Policy::on(const event::Joined& e) {
-  if (state_ != State::kJoining) return;
+  // Shutting down (a signal, a lost job) while the join ran: no workers start any more.
+  if (state_ != State::kJoining || shuttingDown_) return;
   round_ = e.round;
   haveRound_ = true;
   localFailures_.clear();
@@ -78,14 +79,22 @@ void Policy::on(const event::Joined& e) {
 }
 
 void Policy::on(const event::JoinFailed& e) {
-  if (state_ != State::kJoining) return;
+  if (state_ != State::kJoining || shuttingDown_) return;
+  if (e.over && e.over->succeeded && !e.over->final) {
+    // Late: the job succeeded without this node (it was stopped, cut off, or started late).
+    withoutNode_ = *e.over->succeeded;
+    finishWithoutNode();
+    return;
+  }
   log_->error("rendezvous failed: {}", e.why);
-  emit(action::Record{"shutdown", {{"reason", "rendezvous_failed"}, {"error", e.why}}});
+  if (e.over && !e.failures.empty()) emit(action::PrintReport{e.failures});
+  emit(action::Record{"shutdown",
+                      {{"reason", e.over ? "failed" : "rendezvous_failed"}, {"error", e.why}}});
   finish(1);
 }
 
 void Policy::on(const event::WorkerStoreReady& e) {
-  if (state_ != State::kJoining) return;
+  if (state_ != State::kJoining || shuttingDown_) return;
   transition(State::kRunning);
   running_ = settings_.nprocPerNode;
   succeeded_ = 0;
@@ -160,12 +169,13 @@ void Policy::on(const event::WorkersStopped&) {
       emit(action::ReadFailures{reportRound_});
       return;
     case AfterStop::kFinish:
-      if (lostJob_ && succeeded_ == settings_.nprocPerNode) {
-        // Every worker of this node had exited 0 before the job was lost (a node resumed after
-        // a stop sees both at once): that is what this node knows.
-        log_->warn("agent: [{}] this node's workers all succeeded before the job was lost",
-                   settings_.role);
-        finish(0);
+      if (withoutNode_) {
+        finishWithoutNode();
+        return;
+      }
+      if (lostJob_) {
+        lostStopped_ = true;
+        finishLost();
         return;
       }
       finish(1);
@@ -195,14 +205,20 @@ void Policy::on(const event::StateRead& e) {
 }
 
 void Policy::onState(const rendezvous::JobState& s) {
+  if (lingering_) {
+    // This node serves the job's record: leave once every other agent has disconnected.
+    othersAttached_ = std::max<std::int64_t>(0, s.agents - 1);
+    if (othersAttached_ == 0) finish(lingerCode_);
+    return;
+  }
   if (state_ == State::kJoining || state_ == State::kFinished || shuttingDown_) return;
   if (s.final) {
     finishFailed(*s.final);
     return;
   }
-  if (state_ == State::kFinishing) {
-    // This node serves the others: leave once every other member has disconnected.
-    if (s.gone >= round_.groupWorldSize - 1) finish(0);
+  if (state_ == State::kFinishing) return;  // reading the failures of a job that failed
+  if (s.succeeded && !(state_ == State::kDoneWaiting && *s.succeeded == round_.round)) {
+    leaveFinishedWithout(*s.succeeded);
     return;
   }
   if (state_ == State::kDoneWaiting) {
@@ -245,15 +261,7 @@ void Policy::onStateDone(const rendezvous::JobState& s) {
   // workers again (a new round would re-run a finished script).
   if (s.done >= round_.groupWorldSize) {
     emit(action::Record{"shutdown", {{"reason", "succeeded"}, {"round", round_.round}}});
-    if (settings_.servesOthers && round_.groupWorldSize > 1) {
-      // The others still need this node to learn that the job is done; wait for them to go,
-      // but not for ever.
-      transition(State::kFinishing);
-      emit(action::StartFinishTimer{settings_.closeTimeout});
-      queryState();
-      return;
-    }
-    finish(0);
+    linger(0);
     return;
   }
   if (s.round > round_.round) {
@@ -354,45 +362,25 @@ void Policy::finishFailed(const std::string& finalJson) {
 }
 
 void Policy::on(const event::FailuresRead& e) {
-  if (state_ == State::kFinished) return;
+  if (state_ == State::kFinished || lingering_) return;
   std::vector<ProcessFailure> failures = e.failures.empty() ? localFailures_ : e.failures;
   std::sort(failures.begin(), failures.end(),
             [](const auto& a, const auto& b) { return a.rank < b.rank; });
   const int code = failedJobExitCode(settings_.exitCode, failures);
   if (!failures.empty()) emit(action::PrintReport{std::move(failures)});
   emit(action::Record{"shutdown", {{"reason", "failed"}, {"round", round_.round}}});
-  finish(code);
-}
-
-void Policy::on(const event::JobLost& e) {
-  queryInFlight_ = false;
-  if (state_ == State::kFinished) return;
-  if (state_ == State::kFinishing && settings_.servesOthers) return;
-  if (state_ == State::kDoneWaiting) {
-    // This node's workers all succeeded: the job cannot make them run again. Their success is
-    // put on record first when that is still under way (the store may only have dropped this
-    // node's heartbeat, as after a SIGSTOP, and the others wait for it), then this node leaves.
-    if (doneReportPending_) {
-      // Bounded: should the report hang on a store that is gone, the exit barrier ends it.
-      if (!lostWhileReporting_) emit(action::StartExitBarrier{settings_.exitBarrierTimeout});
-      if (!lostWhileReporting_) lostWhileReporting_ = e.why;
-      return;
-    }
-    leaveLostAfterSuccess(e.why);
-    return;
-  }
-  lostJob_ = true;
-  log_->error("agent: lost the rendezvous {}", e.why);
-  emit(action::Record{"shutdown", {{"reason", "store_lost"}, {"error", e.why}}});
-  shuttingDown_ = true;
-  // The workers stopped now are not failures.
-  if (state_ == State::kRunning || state_ == State::kDoneWaiting) transition(State::kStopping);
-  emit(action::CloseJob{});
-  stop(SIGTERM, std::nullopt, AfterStop::kFinish);
+  linger(code);
 }
 
 void Policy::on(const event::Signal& e) {
   if (state_ == State::kFinished) return;
+  if (lingering_ && terminating(e.signo)) {
+    // The job is over and this node only serves its record: leave with the job's code.
+    log_->warn("agent: received {}; leaving without waiting for the other agents",
+               signalName(e.signo));
+    finish(lingerCode_);
+    return;
+  }
   if (!terminating(e.signo)) {
     // SIGUSR1/SIGUSR2 and the like (Slurm's preemption warning): pass them on, keep running.
     log_->warn("agent: forwarding signal {} to the workers", signalName(e.signo));
@@ -419,23 +407,6 @@ void Policy::on(const event::DoneReported& e) {
   log_->info("agent: this node's success {} the job's record before leaving",
              e.ok ? "reached" : "could not reach");
   leaveLostAfterSuccess(*lostWhileReporting_);
-}
-
-void Policy::leaveLostAfterSuccess(const std::string& why) {
-  // What the other nodes did is not known here.
-  log_->warn(
-      "agent: lost the rendezvous {} after this node's workers succeeded; the other "
-      "nodes' outcome is unknown here",
-      why);
-  emit(action::Record{
-      "shutdown",
-      {{"reason", "succeeded"}, {"round", round_.round}, {"others", "unknown"}, {"error", why}}});
-  emit(action::CloseJob{});
-  finish(0);
-}
-
-void Policy::on(const event::FinishTimerExpired&) {
-  if (state_ == State::kFinishing) finish(0);
 }
 
 int failedJobExitCode(ExitCodeRule rule, const std::vector<ProcessFailure>& failures) {

@@ -33,6 +33,7 @@
 #include "agent/job_link.h"
 #include "agent/launch_config.h"
 #include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/job_record.h"
 
 namespace dtrun::agent {
 
@@ -44,6 +45,9 @@ struct Joined {   ///< the rendezvous closed a round with this node in it
 };
 struct JoinFailed {  ///< the rendezvous gave up (timeout, job already over, ...)
   std::string why;
+  /// Set when the job was already over (JobOverError), with its final round's failures.
+  std::optional<rendezvous::JobRecord> over = std::nullopt;
+  std::vector<ProcessFailure> failures = {};
 };
 struct WorkerStoreReady {  ///< where this round's workers find their store
   WorkerStore store;
@@ -65,6 +69,12 @@ struct StateRead {         ///< the answer to QueryState
 };
 struct JobLost {  ///< the job cannot be reached any more (store gone, state read failed)
   std::string why;
+};
+struct JobRecordRead {  ///< the answer to ReadJobRecord (after JobLost)
+  /// nullopt: it could not be read (`error` says why); not over(): the job was still going.
+  std::optional<rendezvous::JobRecord> record = std::nullopt;
+  std::vector<ProcessFailure> failures = {};  ///< the final round's, when it failed for good
+  std::string error = {};
 };
 struct Signal {  ///< a signal from --signals-to-handle reached the agent
   int signo = 0;
@@ -91,12 +101,13 @@ struct DoneReported {  ///< the answer to MarkDone: this node's success is on re
 };
 }  // namespace event
 
-using Event = std::variant<event::Start, event::Joined, event::JoinFailed, event::WorkerStoreReady,
-                           event::WorkerStoreFailed, event::WorkerExited, event::FailureCollected,
-                           event::WorkersStopped, event::JobChanged, event::StateRead,
-                           event::JobLost, event::Signal, event::FailuresRead,
-                           event::FinishTimerExpired, event::TimerExpired, event::Stalled,
-                           event::StacksCollected, event::ExitBarrierExpired, event::DoneReported>;
+using Event =
+    std::variant<event::Start, event::Joined, event::JoinFailed, event::WorkerStoreReady,
+                 event::WorkerStoreFailed, event::WorkerExited, event::FailureCollected,
+                 event::WorkersStopped, event::JobChanged, event::StateRead, event::JobLost,
+                 event::Signal, event::FailuresRead, event::FinishTimerExpired, event::TimerExpired,
+                 event::Stalled, event::StacksCollected, event::ExitBarrierExpired,
+                 event::DoneReported, event::JobRecordRead>;
 
 /// What the agent must do. Each is carried out by one mechanism.
 namespace action {
@@ -157,8 +168,9 @@ struct KillHung {  ///< end hung workers: `signo` to each one's group, SIGKILL a
 struct StartExitBarrier {  ///< ExitBarrierExpired after `after`
   std::chrono::milliseconds after{0};
 };
-struct CloseJob {};  ///< JobLink::close: release the job (the others see this node leave)
-struct Finish {      ///< stop everything; dtrun exits with `code`
+struct ReadJobRecord {};  ///< JobLink::readRecord: what the job left on record -> JobRecordRead
+struct CloseJob {};     ///< JobLink::close: release the job (the others see this node leave)
+struct Finish {         ///< stop everything; dtrun exits with `code`
   int code = 1;
 };
 }  // namespace action
@@ -168,7 +180,7 @@ using Action =
                  action::ReportFailure, action::StopWorkers, action::SignalWorkers, action::Sweep,
                  action::MarkDone, action::QueryState, action::Advance, action::ReadFailures,
                  action::PrintReport, action::StartFinishTimer, action::Record, action::KillHung,
-                 action::StartExitBarrier, action::CloseJob, action::Finish>;
+                 action::StartExitBarrier, action::ReadJobRecord, action::CloseJob, action::Finish>;
 
 /// What the policy needs to know of the configuration.
 struct PolicySettings {
@@ -180,7 +192,8 @@ struct PolicySettings {
   int maxNodes = 1;
   std::chrono::milliseconds closeTimeout = std::chrono::seconds(30);
   /// This node serves what the others read after their workers finished (JobLink::
-  /// servesOthers): it leaves only after the others did, or after closeTimeout.
+  /// servesOthers): once the job is over, success or failure, it leaves only after every other
+  /// agent did (JobState::agents), or after closeTimeout, so that late ones learn the outcome.
   bool servesOthers = false;
   bool dumpStacks = false;  ///< ask hung workers for their Python stacks before the kill
   /// How long a node whose workers all succeeded waits for the others' outcome once a member
@@ -235,8 +248,18 @@ class Policy {
   void on(const event::StacksCollected& e);
   void on(const event::ExitBarrierExpired&);
   void on(const event::DoneReported& e);
-  /// Leaves after the job was lost with this node's workers all succeeded.
+  void on(const event::JobRecordRead& e);
+  /// Asks what the job left on record once it was lost with this node's workers all succeeded.
   void leaveLostAfterSuccess(const std::string& why);
+  /// The job was lost: once its outcome is read and the workers are stopped, the exit that
+  /// agrees with the outcome.
+  void finishLost();
+  /// The job succeeded in `round` without this node: stop what runs, then exit 0 saying so.
+  void leaveFinishedWithout(std::int64_t round);
+  void finishWithoutNode();
+  /// The job is over with `code`: the store's host stays until the others left (bounded by
+  /// closeTimeout), so late agents can read the outcome; any other node leaves now.
+  void linger(int code);
 
   void onState(const rendezvous::JobState& s);
   /// Done waiting: the other nodes' outcome, without ever running this node's workers again.
@@ -275,6 +298,16 @@ class Policy {
   bool lostJob_ = false;        // the stop under way is for a lost job
   bool exitBarrier_ = false;    // the bounded wait for the others' outcome has begun
   bool noRestartSaid_ = false;  // "this round cannot restart" logged once
+  // The job was lost (lostJob_): why, whether its outcome is being read, what it was, and
+  // whether the workers are stopped.
+  std::string lostWhy_;
+  bool recordPending_ = false;
+  std::optional<event::JobRecordRead> lostRecord_;
+  bool lostStopped_ = false;
+  std::optional<std::int64_t> withoutNode_;  // the round the job succeeded in without this node
+  bool lingering_ = false;                   // the host waits for the others to leave ...
+  int lingerCode_ = 0;                       // ... and then exits with this
+  std::int64_t othersAttached_ = 0;          // agents besides this one, at the last state read
   int exitCode_ = 1;
 };
 

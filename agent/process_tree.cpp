@@ -29,6 +29,29 @@ std::optional<ProcStat> readProcStat(int pid) {
   return s;
 }
 
+std::string describeProcState(char state) {
+  switch (state) {
+    case 'R':
+      return "running";
+    case 'S':
+      return "sleeping";
+    case 'D':
+      return "uninterruptible (D: waiting on I/O, a driver or a frozen cgroup; even SIGKILL waits)";
+    case 'T':
+      return "stopped (SIGSTOP)";
+    case 't':
+      return "stopped by a debugger";
+    case 'Z':
+      return "a zombie";
+    case 'X':
+      return "dead";
+    case 'I':
+      return "idle";
+    default:
+      return std::string("state ") + state;
+  }
+}
+
 std::optional<int> ownerOf(int pid, const std::map<int, int>& roots) {
   auto first = readProcStat(pid);
   if (!first || first->state == 'Z') return std::nullopt;

@@ -9,6 +9,7 @@
 
 #include <map>
 #include <optional>
+#include <string>
 
 namespace dtrun::agent {
 
@@ -22,6 +23,10 @@ struct ProcStat {
 /// /proc/<pid>/stat, or nullopt when the process is gone (or unreadable). Blocking (procfs);
 /// any thread.
 std::optional<ProcStat> readProcStat(int pid);
+
+/// What a state letter of /proc/<pid>/stat means to someone waiting for the process to exit:
+/// "running", "stopped (SIGSTOP)", "uninterruptible (D: I/O, a driver, a frozen cgroup)"... Pure.
+std::string describeProcState(char state);
 
 /// The value `roots` maps to the worker that `pid` is, descends from, or shares a process group
 /// with; nullopt for a process that is none of these, gone, or a zombie. `roots` maps worker

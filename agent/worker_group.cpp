@@ -2,7 +2,11 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <boost/asio/post.hpp>
+
+#include "agent/process_tree.h"
+#include "common/signals.h"
 
 namespace dtrun::agent {
 
@@ -14,8 +18,11 @@ void WorkerGroup::start(const std::vector<WorkerSpec>& specs, ExitHandler onExit
     int lr = spec.localRank;
     WorkerProcess::ExitHandler exited = [onExit, lr](ExitStatus s) { onExit(lr, s); };
     std::unique_ptr<WorkerProcess> w = adopt ? adopt(spec, exited) : nullptr;
-    workers_.push_back(w ? std::move(w)
-                         : std::make_unique<WorkerProcess>(io_, spec.spawn, std::move(exited)));
+    workers_.push_back(
+        w ? std::move(w)
+          : std::make_unique<WorkerProcess>(
+                io_, spec.spawn, std::move(exited), log_,
+                "local_rank " + std::to_string(lr) + " (rank " + std::to_string(spec.rank) + ")"));
   }
 }
 
@@ -35,10 +42,47 @@ void WorkerGroup::stop(int first, std::chrono::milliseconds grace, std::function
   auto shared = std::make_shared<std::function<void()>>(std::move(done));
   for (auto& w : workers_) {
     if (!w->running()) continue;
-    w->stop(first, grace, [remaining, shared] {
-      if (--*remaining == 0 && *shared) (*shared)();
+    w->stop(first, grace, [this, remaining, shared] {
+      if (--*remaining != 0) return;
+      noticeTimer_.cancel();
+      if (*shared) (*shared)();
     });
   }
+  if (log_) {
+    const auto first_notice =
+        std::max(std::min(kStopNotice, grace / 2), std::chrono::milliseconds(100));
+    armStopNotice(first, grace, std::chrono::steady_clock::now(), first_notice);
+  }
+}
+
+void WorkerGroup::armStopNotice(int first, std::chrono::milliseconds grace,
+                                std::chrono::steady_clock::time_point started,
+                                std::chrono::milliseconds after) {
+  noticeTimer_.expires_after(after);
+  noticeTimer_.async_wait([this, first, grace, started](boost::system::error_code ec) {
+    if (ec || !anyRunning()) return;
+    std::string waiting;
+    for (std::size_t lr = 0; lr < workers_.size(); ++lr) {
+      const auto& w = *workers_[lr];
+      if (!w.running()) continue;
+      auto st = readProcStat(w.pid());
+      waiting += fmt::format("{}local_rank {} (pid {}, {})", waiting.empty() ? "" : ", ", lr,
+                             w.pid(), st ? describeProcState(st->state) : "gone");
+    }
+    const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - started);
+    const auto seconds = [](std::chrono::milliseconds d) {
+      return fmt::format("{:.1f} s", static_cast<double>(d.count()) / 1000.0);
+    };
+    const std::string next =
+        first == SIGKILL ? "given up on " + seconds(grace) + " after SIGKILL"
+        : elapsed < grace
+            ? "SIGKILL in " + seconds(grace - elapsed)
+            : "SIGKILL was sent; given up on " + seconds(2 * grace) + " after " + signalName(first);
+    log_->warn("agent: stopping the workers ({} {} ago): still waiting for {}; {}",
+               signalName(first), seconds(elapsed), waiting, next);
+    armStopNotice(first, grace, started, kStopNoticeEvery);
+  });
 }
 
 void WorkerGroup::stopOne(int localRank, int first, std::chrono::milliseconds grace) {

@@ -1,5 +1,6 @@
 #include "agent/worker_process.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -7,20 +8,42 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 
+#include "agent/process_tree.h"
+#include "common/signals.h"
+
 namespace dtrun::agent {
+namespace {
+
+std::string secondsText(std::chrono::milliseconds d) {
+  return fmt::format("{:.1f} s", static_cast<double>(d.count()) / 1000.0);
+}
+
+std::string stateOf(int pid) {
+  auto st = readProcStat(pid);
+  return st ? describeProcState(st->state) : "gone";
+}
+
+}  // namespace
 
 // Readiness of the pidfd is only a hint: epoll can report a stale readiness for a reused
 // descriptor number (a closed pidfd still open in a child mid-fork), so waitpid(WNOHANG) decides,
 // and a worker that has not exited is simply watched again; a blocking waitpid() here would stall
 // the agent's only thread. Kernels without pidfd_open (< 5.3) fall back to SIGCHLD.
+//
+// A worker given up on (abandoned) counts as exited, but its pidfd stays watched: when it does
+// exit, it is reaped here (or by the agent's sweep of adopted children, whichever comes first).
 struct WorkerProcess::State : std::enable_shared_from_this<WorkerProcess::State> {
-  explicit State(boost::asio::io_context& io) : io(io), killTimer(io) {}
+  State(boost::asio::io_context& io, std::shared_ptr<spdlog::logger> log, std::string name)
+      : io(io), log(std::move(log)), name(std::move(name)), killTimer(io) {}
 
   boost::asio::io_context& io;
+  std::shared_ptr<spdlog::logger> log;
+  std::string name;
   bool spawned = false;
   std::optional<boost::asio::posix::stream_descriptor> pidfd;
   std::optional<boost::asio::signal_set> sigchld;
@@ -31,9 +54,11 @@ struct WorkerProcess::State : std::enable_shared_from_this<WorkerProcess::State>
   boost::asio::steady_timer killTimer;
   std::vector<std::function<void()>> stopWaiters;
   bool stopping = false;
+  bool abandoned = false;
+  bool reaped = false;
 
   void watch() {
-    if (exit) return;
+    if (reaped) return;
     auto self = shared_from_this();
     if (pidfd) {
       pidfd->async_wait(boost::asio::posix::stream_descriptor::wait_read,
@@ -48,19 +73,63 @@ struct WorkerProcess::State : std::enable_shared_from_this<WorkerProcess::State>
   }
 
   void poll() {
-    if (exit) return;
+    if (reaped) return;
     int status = 0;
     pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == 0 || (r < 0 && errno == EINTR)) {
+      watch();  // not yet: a spurious wake-up, or another child's SIGCHLD
+      return;
+    }
+    reaped = true;
+    if (abandoned) {
+      if (log) log->info("agent: {} (pid {}), given up on earlier, has exited", name, pid);
+      return;
+    }
     if (r == pid) {
       exited(ExitStatus::fromWaitStatus(status));
-    } else if (r == 0 || (r < 0 && errno == EINTR)) {
-      watch();  // not yet: a spurious wake-up, or another child's SIGCHLD
     } else {
       // ECHILD: somebody else reaped it. Say so rather than hang the group.
       ExitStatus unknown;
       unknown.code = 255;
       exited(unknown);
     }
+  }
+
+  // The stop's deadlines: `first` was sent; SIGKILL after `grace`, given up on `grace` later.
+  void escalate(int first, std::chrono::milliseconds grace) {
+    if (first == SIGKILL) {
+      giveUpAfter(grace);
+      return;
+    }
+    killTimer.expires_after(grace);
+    killTimer.async_wait([self = shared_from_this(), first, grace](boost::system::error_code ec) {
+      if (ec || self->exit) return;
+      if (self->log) {
+        self->log->warn(
+            "agent: {} (pid {}, {}) did not exit within the {} grace after {}; "
+            "sending SIGKILL",
+            self->name, self->pid, stateOf(self->pid), secondsText(grace), signalName(first));
+      }
+      // The leader too: a worker that left its process group (setsid) is not reached by -pid.
+      ::kill(-self->pid, SIGKILL);
+      ::kill(self->pid, SIGKILL);
+      self->giveUpAfter(grace);
+    });
+  }
+
+  void giveUpAfter(std::chrono::milliseconds grace) {
+    killTimer.expires_after(grace);
+    killTimer.async_wait([self = shared_from_this(), grace](boost::system::error_code ec) {
+      if (ec || self->exit) return;
+      if (self->log) {
+        self->log->error(
+            "agent: {} (pid {}, {}) has not exited {} after SIGKILL; going on "
+            "without it (it is reaped if it ever exits)",
+            self->name, self->pid, stateOf(self->pid), secondsText(grace));
+      }
+      self->abandoned = true;
+      self->exited(ExitStatus{0, SIGKILL});
+    });
   }
 
   void exited(ExitStatus status) {
@@ -77,8 +146,9 @@ struct WorkerProcess::State : std::enable_shared_from_this<WorkerProcess::State>
   }
 };
 
-WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec, ExitHandler onExit)
-    : state_(std::make_shared<State>(io)) {
+WorkerProcess::WorkerProcess(boost::asio::io_context& io, const SpawnSpec& spec, ExitHandler onExit,
+                             std::shared_ptr<spdlog::logger> log, std::string name)
+    : state_(std::make_shared<State>(io, std::move(log), std::move(name))) {
   state_->onExit = std::move(onExit);
   auto failExec = [this](int code, std::string why) {
     state_->execError = std::move(why);
@@ -113,12 +183,32 @@ WorkerProcess::~WorkerProcess() {
   state_->stopWaiters.clear();
   if (state_->spawned && !state_->exit) {
     // Last resort (the agent stops workers explicitly before this): kill and reap, so that no
-    // zombie is left and the pid is not signalled again after it could be reused.
+    // zombie is left and the pid is not signalled again after it could be reused. Bounded: a
+    // process SIGKILL cannot end (state D) must not hang the agent's exit.
     ::kill(-state_->pid, SIGKILL);
     ::kill(state_->pid, SIGKILL);
-    while (::waitpid(state_->pid, nullptr, 0) < 0 && errno == EINTR) {
-    }
     state_->exit = ExitStatus{0, SIGKILL};
+    const auto deadline = std::chrono::steady_clock::now() + kDestroyBound;
+    for (;;) {
+      const pid_t r = ::waitpid(state_->pid, nullptr, WNOHANG);
+      if (r == state_->pid || (r < 0 && errno != EINTR)) break;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) {
+        if (state_->log) {
+          state_->log->error("agent: {} (pid {}, {}) has not exited {} after SIGKILL; leaving it",
+                             state_->name, state_->pid, stateOf(state_->pid),
+                             secondsText(kDestroyBound));
+        }
+        break;
+      }
+      if (state_->pidfd) {
+        pollfd p{state_->pidfd->native_handle(), POLLIN, 0};
+        ::poll(&p, 1, static_cast<int>(std::min<long>(left.count(), 100)));
+      } else {
+        ::usleep(10000);  // no pidfd (kernel < 5.3): nothing to wait on but time
+      }
+    }
   }
   state_->killTimer.cancel();
   if (state_->pidfd) state_->pidfd->close();
@@ -136,6 +226,8 @@ const std::string& WorkerProcess::execError() const { return state_->execError; 
 void WorkerProcess::setExitHandler(ExitHandler onExit) {
   if (!state_->exit) state_->onExit = std::move(onExit);
 }
+
+bool WorkerProcess::abandoned() const { return state_->abandoned; }
 
 void WorkerProcess::signalGroup(int signo) {
   if (state_->exit || state_->pid <= 0) return;
@@ -155,11 +247,10 @@ void WorkerProcess::stop(int first, std::chrono::milliseconds grace, std::functi
   if (state_->stopping) return;
   state_->stopping = true;
   signalGroup(first);
-  state_->killTimer.expires_after(grace);
-  state_->killTimer.async_wait([st = state_](boost::system::error_code ec) {
-    if (ec || st->exit) return;
-    ::kill(-st->pid, SIGKILL);
-  });
+  // A stopped process acts on nothing but SIGKILL and SIGCONT: without this a SIGSTOPped worker
+  // (a debugger, a scheduler's pause) would hold the stop for the whole grace.
+  if (first != SIGKILL && first != SIGCONT) signalGroup(SIGCONT);
+  state_->escalate(first, grace);
 }
 
 }  // namespace dtrun::agent

@@ -168,6 +168,7 @@ agent::EtcdJobOptions etcdOptions(const LaunchConfig& config, const LaunchPlan& 
   }
   o.connectTimeout = r.heartbeatTimeout;
   o.localAddr = o.me.addr;
+  o.closeTimeout = r.closeTimeout;
   return o;
 }
 

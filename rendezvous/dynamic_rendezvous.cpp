@@ -8,6 +8,8 @@
 
 #include "common/error.h"
 #include "common/log_text.h"
+#include "rendezvous/job_record.h"
+#include "rendezvous/store_core.h"
 
 namespace dtrun::rendezvous {
 
@@ -123,13 +125,12 @@ void DynamicRendezvous::checkCancelled() {
 }
 
 void DynamicRendezvous::checkFinished() {
-  if (store_->check({"final"})) {
-    throw Error("the job has already failed for good: " + store_->get("final", kSlice));
-  }
-  if (store_->check({"succeeded"})) {
-    throw Error("the job has already finished (round " + store_->get("succeeded", kSlice) +
-                " succeeded); a new job needs a new --rdzv-id");
-  }
+  if (!store_->check({"final"}) && !store_->check({"succeeded"})) return;
+  JobRecord over = readJobRecord(*store_);
+  if (over.final) throw JobOverError("the job has already failed for good: " + *over.final, over);
+  throw JobOverError("the job has already finished (round " + std::to_string(*over.succeeded) +
+                         " succeeded); a new job needs a new --rdzv-id",
+                     over);
 }
 
 RoundInfo DynamicRendezvous::join() {
@@ -403,6 +404,10 @@ JobState DynamicRendezvous::state(std::int64_t round) {
   s.waiting = counter(roundKey(round, "waiting"));
   s.done = counter(roundKey(round, "done"));
   s.restarts = counter("restarts");
+  if (store_->check({"succeeded"})) {
+    s.succeeded = parseDecimal(store_->get("succeeded", kSlice)).value_or(-1);
+  }
+  s.agents = counter(agentsKey());
   return s;
 }
 
@@ -486,11 +491,11 @@ void DynamicRendezvous::reportFailure(std::int64_t round, const std::string& fai
   store_->add(epochKey(), 1);
 }
 
-std::vector<std::string> DynamicRendezvous::failures(std::int64_t round) {
+std::vector<std::string> DynamicRendezvous::failuresOf(Store& job, std::int64_t round) {
   std::vector<std::string> out;
   const std::string key = roundKey(round, "failures");
-  if (!store_->check({key})) return out;
-  const Bytes all = store_->get(key, kSlice);
+  if (!job.check({key})) return out;
+  const Bytes all = job.get(key, kSlice);
   std::size_t start = 0;
   while (start < all.size()) {
     auto end = all.find('\n', start);

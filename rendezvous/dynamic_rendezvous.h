@@ -18,6 +18,9 @@
 //   r<R>/advance       first ADD wins the right to open R+1     r<R+1>/opened  R+1 is open
 //   r<R>/failures      worker failures, one JSON per line       r<R>/done      nodes finished
 //   succeeded          the round in which every node finished (late nodes then give up)
+//   agents             agents attached to the job's store (c10d: +1 when an agent connects, -1
+//                      by ADD_ON_CLOSE when its watch connection closes): the store's host
+//                      waits for the others to leave before it takes the record away
 //
 // Round life:  open --(max joined | expected joined | last call after min)--> closed
 //              closed --(failure | member gone | late node waiting)--> advance --> R+1 open
@@ -82,6 +85,9 @@ struct JobState {
   std::int64_t waiting = 0;          ///< late nodes waiting for a round after the asked one
   std::int64_t done = 0;             ///< members of the asked round whose workers all succeeded
   std::int64_t restarts = 0;         ///< failure restarts so far
+  std::optional<std::int64_t> succeeded;  ///< the round in which every node's workers succeeded
+  /// Agents still attached to the job (the c10d store counts them; 0 where nothing counts).
+  std::int64_t agents = 0;
 };
 
 /// Why a round ends early.
@@ -99,8 +105,8 @@ class DynamicRendezvous {
       std::function<bool()> cancelled = [] { return false; });
 
   /// Joins the open round (or the next one, when late) until a round closes with this node in
-  /// it. Throws TimeoutError after the join timeout naming who came, Error when the job already
-  /// failed for good, and whatever the store throws.
+  /// it. Throws TimeoutError after the join timeout naming who came, JobOverError when the job
+  /// already succeeded or failed for good, and whatever the store throws.
   RoundInfo join();
 
   /// Reads the job's state as seen from `round`.
@@ -118,7 +124,9 @@ class DynamicRendezvous {
   /// Records a worker failure of `round` (one JSON document, no newlines) and bumps the epoch.
   void reportFailure(std::int64_t round, const std::string& failureJson);
   /// Every failure recorded for `round`, oldest first.
-  std::vector<std::string> failures(std::int64_t round);
+  std::vector<std::string> failures(std::int64_t round) { return failuresOf(*store_, round); }
+  /// The same, read from any job store (agent/ reads a job that is over on a fresh connection).
+  static std::vector<std::string> failuresOf(Store& job, std::int64_t round);
 
   /// This node's workers all succeeded in `round` (of `groupWorldSize` nodes); returns how many
   /// nodes have so far. The last one bumps the epoch.
@@ -127,6 +135,7 @@ class DynamicRendezvous {
   /// The key watchers WAIT_CHANGE on, and the key of a round's gone-counter.
   static std::string epochKey() { return "epoch"; }
   static std::string goneKey(std::int64_t round) { return roundKey(round, "gone"); }
+  static std::string agentsKey() { return "agents"; }
   static std::string roundKey(std::int64_t round, const std::string& name) {
     // Built by appending: GCC 12 at -O3 reports a false -Wrestrict for "r" + to_string(...).
     std::string key = "r";

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Process faults for dtrun jobs: kill a worker, kill an agent, stop and continue an agent.
+"""Faults for dtrun jobs: kill a worker, kill an agent, stop and continue an agent, cut a node
+off the network and heal it.
 
 usage:
   scripts/fault/fault.py ps          --run-id ID
@@ -7,8 +8,18 @@ usage:
   scripts/fault/fault.py kill-agent  (--pid PID | --run-id ID --group-rank G)
   scripts/fault/fault.py stop-agent  (--pid PID | --run-id ID --group-rank G)   # SIGSTOP: a hang
   scripts/fault/fault.py cont-agent  (--pid PID | --run-id ID --group-rank G)   # SIGCONT
+  scripts/fault/fault.py partition   (--pid PID | --run-id ID --group-rank G) [--for SECONDS]
+  scripts/fault/fault.py heal        (--pid PID | --run-id ID --group-rank G)
 common options: --signal NAME (kill-*: default KILL), --wait SECONDS (wait that long for the
-target to appear, default 0), --json (print one JSON object per signalled process).
+target to appear, default 0), --json (print one JSON object per fault).
+
+`partition` cuts the node of the agent (or of any process, say a `dtrun store`) off the network:
+its packets are dropped, its TCP connections go silent rather than closed, as when a cable is
+pulled. With --for it heals the node after that many seconds, else `heal` does. It works on jobs
+whose nodes run in network namespaces of scripts/fault/netns.py (`netns.py setup`, then each
+agent under `netns.py exec --node I`): the node is the namespace the process lives in, and the
+cut takes that node's veth down in the namespaces' own hub; the machine's own interfaces are
+never touched. Needs root (CAP_NET_ADMIN).
 
 How targets are found (no guessing by process name, and nothing outside the job is touched):
   * a worker is a process whose environment has TORCHELASTIC_RUN_ID=ID and that leads its own
@@ -26,6 +37,9 @@ import os
 import signal
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import netns  # noqa: E402  (beside this file)
 
 
 def _environ(pid):
@@ -128,6 +142,46 @@ def send(pid, signo, what, as_json=False):
     return now
 
 
+def node_of(pid):
+    """(namespace set name, node index) of the netns.py node that process `pid` runs in; raises
+    LookupError when it runs in no such namespace."""
+    try:
+        inode = os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError as e:
+        raise LookupError(f"process {pid}: {e.strerror}") from None
+    for name in os.listdir(netns.NETNS_DIR) if os.path.isdir(netns.NETNS_DIR) else []:
+        try:
+            if os.stat(os.path.join(netns.NETNS_DIR, name)).st_ino != inode:
+                continue
+        except OSError:
+            continue
+        base, sep, index = name.rpartition("-")
+        if sep and index.isdigit() and netns.hub_ns(base) in netns.namespaces(base):
+            return base, int(index)
+    raise LookupError(f"process {pid} does not run in a node namespace of scripts/fault/netns.py "
+                      "(start the job's agents with `netns.py exec --node I`)")
+
+
+def partition(pid, what, heal_after=None, up=False, as_json=False):
+    """Cuts (or heals, `up`) the node of `pid`; with `heal_after` seconds, heals it after that."""
+    name, node = node_of(pid)
+    now = time.time()
+    netns.set_link(name, node, up)
+    record = {"target": what, "pid": pid, "fault": "heal" if up else "partition",
+              "netns": netns.node_ns(name, node), "ts": now}
+    if heal_after is not None and not up:
+        time.sleep(heal_after)  # the fault's length itself, not a synchronisation
+        record["healed_ts"] = time.time()
+        netns.set_link(name, node, True)
+    if as_json:
+        print(json.dumps(record), flush=True)
+    else:
+        healed = f", healed at {record['healed_ts']:.3f}" if "healed_ts" in record else ""
+        print(f"{what} pid {pid} in {record['netns']} {record['fault']} at {now:.3f}{healed}",
+              flush=True)
+    return record
+
+
 def _poll(find, wait):
     deadline = time.monotonic() + wait
     while True:
@@ -148,7 +202,9 @@ def main(argv=None):
     for cmd, default, what in (("kill-worker", "KILL", "signal one worker (default SIGKILL)"),
                                ("kill-agent", "KILL", "signal an agent (default SIGKILL)"),
                                ("stop-agent", "STOP", "SIGSTOP an agent (it hangs)"),
-                               ("cont-agent", "CONT", "SIGCONT a stopped agent")):
+                               ("cont-agent", "CONT", "SIGCONT a stopped agent"),
+                               ("partition", None, "cut an agent's node off the network"),
+                               ("heal", None, "give a cut-off node its network back")):
         p = sub.add_parser(cmd, help=what)
         p.add_argument("--pid", type=int, help="the process itself")
         p.add_argument("--run-id", help="the job's --rdzv-id")
@@ -158,6 +214,9 @@ def main(argv=None):
             p.add_argument("--local-rank", type=int, help="the worker's LOCAL_RANK")
         if cmd.startswith("kill"):
             p.add_argument("--signal", default=default, help=f"signal name or number ({default})")
+        if cmd == "partition":
+            p.add_argument("--for", dest="heal_after", type=float,
+                           help="heal after this many seconds (default: stay cut; see heal)")
         p.set_defaults(signal=default)
         p.add_argument("--wait", type=float, default=0.0,
                        help="seconds to wait for the target to appear (0)")
@@ -172,7 +231,7 @@ def main(argv=None):
                   f"{w['local_rank']:>5} {w['pid']:>8}")
         return 0
 
-    signo = _signal_number(args.signal)
+    signo = _signal_number(args.signal) if args.signal else None
     if args.pid is not None:
         targets = [(args.pid, "worker" if args.command == "kill-worker" else "agent")]
     elif args.run_id is None:
@@ -192,6 +251,14 @@ def main(argv=None):
         print(f"fault: no target found in run {args.run_id}", file=sys.stderr)
         return 1
     for pid, what in targets:
+        if args.command in ("partition", "heal"):
+            try:
+                partition(pid, what, getattr(args, "heal_after", None), args.command == "heal",
+                          args.json)
+            except (LookupError, RuntimeError) as e:
+                print(f"fault: {e}", file=sys.stderr)
+                return 1
+            continue
         send(pid, signo, what, args.json)
     return 0
 

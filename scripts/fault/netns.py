@@ -31,6 +31,7 @@ import subprocess
 import sys
 
 SKIP = 77
+NETNS_DIR = "/run/netns"  # where `ip netns add` pins the namespaces it creates
 
 
 def _ip(*args, check=True):

@@ -2,91 +2,11 @@
 // a job's story as the mechanisms would report it and checks what the policy asks for.
 #include "agent/policy.h"
 
-#include <signal.h>
-#include <spdlog/sinks/null_sink.h>
-
-#include <catch2/catch.hpp>
-
-#include "tests/agent/round_util.h"
+#include "tests/agent/policy_util.h"
 
 using namespace dtrun::agent;
-using dtrun::rendezvous::JobState;
-using dtrun::rendezvous::RoundInfo;
-using State = Policy::State;
-using dtrun::agent::testing::roundOf;
-
-namespace {
-
-std::shared_ptr<spdlog::logger> quiet() {
-  return std::make_shared<spdlog::logger>("agent", std::make_shared<spdlog::sinks::null_sink_mt>());
-}
-
-PolicySettings settings(int nproc = 2, int maxNodes = 1) {
-  PolicySettings s;
-  s.hostname = "node7";
-  s.entrypointName = "train.py";
-  s.nprocPerNode = nproc;
-  s.maxRestarts = 3;
-  s.maxNodes = maxNodes;
-  s.closeTimeout = std::chrono::seconds(30);
-  return s;
-}
-
-JobState stateOf(std::int64_t round) {
-  JobState s;
-  s.round = round;
-  return s;
-}
-
-ExitStatus exitCode(int code) { return ExitStatus{code, std::nullopt}; }
-ExitStatus killedBy(int signo) { return ExitStatus{0, signo}; }
-
-template <typename A>
-std::vector<const A*> all(const std::vector<Action>& actions) {
-  std::vector<const A*> out;
-  for (const auto& a : actions) {
-    if (const auto* p = std::get_if<A>(&a)) out.push_back(p);
-  }
-  return out;
-}
-
-// The one action of kind A (a copy: the actions are often a temporary).
-template <typename A>
-A only(const std::vector<Action>& actions) {
-  auto found = all<A>(actions);
-  INFO("actions of the wanted kind: " << found.size());
-  REQUIRE(found.size() == 1);
-  return *found.front();
-}
-
-template <typename A>
-bool has(const std::vector<Action>& actions) {
-  return !all<A>(actions).empty();
-}
-
-std::vector<std::string> recorded(const std::vector<Action>& actions) {
-  std::vector<std::string> names;
-  for (const auto* r : all<action::Record>(actions)) names.push_back(r->name);
-  return names;
-}
-
-// Plays the story up to running workers of `round` and returns the policy there.
-void runRound(Policy& p, const RoundInfo& round) {
-  REQUIRE(has<action::Join>(p.handle(event::Start{})));
-  auto joined = p.handle(event::Joined{round});
-  REQUIRE(has<action::GetWorkerStore>(joined));
-  CHECK(recorded(joined) == std::vector<std::string>{"rendezvous_done"});
-  auto started = p.handle(event::WorkerStoreReady{WorkerStore{"10.0.0.1", 29400}});
-  const auto start = only<action::StartWorkers>(started);
-  CHECK(start.round.round == round.round);
-  CHECK(start.store.addr == "10.0.0.1");
-  CHECK(start.store.port == 29400);
-  CHECK(has<action::QueryState>(started));
-  REQUIRE(p.state() == State::kRunning);
-  CHECK(p.handle(event::StateRead{stateOf(round.round)}).empty());
-}
-
-}  // namespace
+using namespace dtrun::agent::testing;
+using dtrun::rendezvous::JobRecord;
 
 TEST_CASE("a clean run: join, start, every worker succeeds, every node done, exit 0",
           "[agent][policy]") {
@@ -279,15 +199,20 @@ TEST_CASE("other signals are passed on and nothing stops", "[agent][policy]") {
   CHECK(p.state() == State::kRunning);
 }
 
-TEST_CASE("losing the job: close it, stop the workers, exit 1", "[agent][policy]") {
+TEST_CASE("losing the job: stop the workers, read the outcome, close it, exit 1",
+          "[agent][policy]") {
   Policy p(settings(), quiet());
   runRound(p, roundOf(0));
   auto lost = p.handle(event::JobLost{"store at 10.0.0.1:29400: connection reset"});
-  CHECK(has<action::CloseJob>(lost));
+  CHECK(has<action::ReadJobRecord>(lost));
   CHECK(only<action::StopWorkers>(lost).signo == SIGTERM);
-  CHECK(recorded(lost) == std::vector<std::string>{"shutdown"});
+  CHECK_FALSE(has<action::CloseJob>(lost));                            // the outcome is read first
   CHECK(p.handle(event::WorkerExited{1, killedBy(SIGTERM)}).empty());  // not a failure
-  CHECK(only<action::Finish>(p.handle(event::WorkersStopped{})).code == 1);
+  CHECK(p.handle(event::WorkersStopped{}).empty());  // the outcome is not known yet
+  auto end = p.handle(event::JobRecordRead{std::nullopt, {}, "connection refused"});
+  CHECK(has<action::CloseJob>(end));
+  CHECK(recorded(end) == std::vector<std::string>{"shutdown"});
+  CHECK(only<action::Finish>(end).code == 1);
 }
 
 TEST_CASE("a member gone or a late node with room: one advance per round", "[agent][policy]") {
@@ -332,6 +257,7 @@ TEST_CASE("the store's host waits for the others after success, bounded by close
   p.handle(event::WorkerExited{1, exitCode(0)});
   JobState done = stateOf(0);
   done.done = 2;
+  done.agents = 2;  // the other agent is still attached
   auto waiting = p.handle(event::StateRead{done});
   CHECK(p.state() == State::kFinishing);
   CHECK(only<action::StartFinishTimer>(waiting).after == std::chrono::seconds(30));
@@ -340,7 +266,7 @@ TEST_CASE("the store's host waits for the others after success, bounded by close
   // Losing the job now is the others leaving: not an error for the host.
   CHECK(p.handle(event::JobLost{"store: closed"}).empty());
   JobState left = done;
-  left.gone = 1;
+  left.agents = 1;  // this node alone
   CHECK(only<action::Finish>(p.handle(event::StateRead{left})).code == 0);
 
   Policy q(s, quiet());
@@ -503,13 +429,18 @@ TEST_CASE("a node lost while reporting its success puts it on record before it l
   CHECK_FALSE(has<action::Finish>(lost));
   CHECK_FALSE(has<action::CloseJob>(lost));
   CHECK(only<action::StartExitBarrier>(lost).after == std::chrono::seconds(30));
-  SECTION("the report lands: then it leaves with 0") {
-    auto left = p.handle(event::DoneReported{true});
+  SECTION("the report lands: then it reads the outcome and leaves with 0") {
+    auto reported = p.handle(event::DoneReported{true});
+    CHECK(has<action::ReadJobRecord>(reported));
+    JobRecord succeeded;
+    succeeded.succeeded = 0;
+    auto left = p.handle(event::JobRecordRead{succeeded, {}, ""});
     CHECK(has<action::CloseJob>(left));
     CHECK(only<action::Finish>(left).code == 0);
   }
   SECTION("the report fails: it leaves with 0 all the same (its workers succeeded)") {
-    CHECK(only<action::Finish>(p.handle(event::DoneReported{false})).code == 0);
+    CHECK(has<action::ReadJobRecord>(p.handle(event::DoneReported{false})));
+    CHECK(only<action::Finish>(p.handle(event::JobRecordRead{std::nullopt, {}, "gone"})).code == 0);
   }
   SECTION("the report hangs: the exit barrier ends the wait") {
     CHECK(only<action::Finish>(p.handle(event::ExitBarrierExpired{})).code == 0);
@@ -548,11 +479,13 @@ TEST_CASE("a group that succeeded is final: a node gone does not restart it",
     CHECK(only<action::Finish>(end).code == 0);
     CHECK_FALSE(has<action::Join>(end));
   }
-  SECTION("the job is lost meanwhile: exit 0, what this node knows") {
+  SECTION("the job is lost meanwhile, its outcome unreadable: exit 0, what this node knows") {
     auto lost = p.handle(event::JobLost{"store gone"});
-    CHECK(has<action::CloseJob>(lost));
+    CHECK(has<action::ReadJobRecord>(lost));
     CHECK_FALSE(has<action::StopWorkers>(lost));
-    CHECK(only<action::Finish>(lost).code == 0);
+    auto end = p.handle(event::JobRecordRead{std::nullopt, {}, "connection refused"});
+    CHECK(has<action::CloseJob>(end));
+    CHECK(only<action::Finish>(end).code == 0);
   }
   SECTION("the round moved on anyway (a race): not rejoined") {
     p.handle(event::JobChanged{});
@@ -589,5 +522,6 @@ TEST_CASE("a node that lost the job after its workers succeeded exits 0", "[agen
   CHECK(has<action::StopWorkers>(p.handle(event::JobLost{"dropped after 15 s of silence"})));
   p.handle(event::WorkerExited{0, exitCode(0)});
   p.handle(event::WorkerExited{1, exitCode(0)});
+  CHECK(p.handle(event::JobRecordRead{JobRecord{}, {}, ""}).size() == 1);  // CloseJob
   CHECK(only<action::Finish>(p.handle(event::WorkersStopped{})).code == 0);
 }

@@ -221,7 +221,8 @@ class Job:
                            text=True, timeout=30)
         check(r.returncode == 0, f"fault.py {' '.join(args)} failed: {r.stdout}{r.stderr}")
         result = json.loads(r.stdout.splitlines()[0])
-        log(f"fault: {result['target']} pid {result['pid']} {result['signal']}")
+        log(f"fault: {result['target']} pid {result['pid']} "
+            f"{result.get('signal') or result.get('fault')}")
         return result
 
     def finish(self):

@@ -6,11 +6,18 @@ sockets) and its own data directory under `directory`; `.endpoints` is "127.0.0.
 Members can be killed (SIGKILL) and started again on their data; `close()` kills them all.
 Elections are fast (50 ms heartbeat, 500 ms election timeout). `enable_v2=True` serves etcd's v2
 API too (torchrun 1.13's etcd backends speak only v2).
+
+`hosts` and `netns` put member i on address hosts[i] inside network namespace netns[i] (the
+partition tests' namespaces, scripts/fault/netns.py): a cut node then takes its member with it.
+The cluster's own checks then run inside netns[0], which reaches every member.
 """
+import base64
+import json
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -25,13 +32,15 @@ def _free_port():
 
 
 class EtcdCluster:
-    def __init__(self, directory, members=3, enable_v2=False, extra=()):
+    def __init__(self, directory, members=3, enable_v2=False, extra=(), hosts=None, netns=None):
         if not os.access(ETCD, os.X_OK):
             raise FileNotFoundError(f"{ETCD} is missing (Debian's etcd-server; scripts/setup.sh)")
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.extra = list(extra) + (["--enable-v2"] if enable_v2 else [])
         self.names = [f"m{i}" for i in range(members)]
+        self.hosts = list(hosts) if hosts else ["127.0.0.1"] * members
+        self.netns = list(netns) if netns else None
         self.client_ports = [_free_port() for _ in self.names]
         self.peer_ports = [_free_port() for _ in self.names]
         self.procs = [None] * members
@@ -41,13 +50,15 @@ class EtcdCluster:
 
     @property
     def endpoints(self):
-        return ",".join(f"127.0.0.1:{p}" for p in self.client_ports)
+        return ",".join(f"{h}:{p}" for h, p in zip(self.hosts, self.client_ports))
 
     def _argv(self, i, fresh):
-        cluster = ",".join(f"{n}=http://127.0.0.1:{p}" for n, p in zip(self.names, self.peer_ports))
-        client = f"http://127.0.0.1:{self.client_ports[i]}"
-        peer = f"http://127.0.0.1:{self.peer_ports[i]}"
-        return [ETCD, "--name", self.names[i], "--data-dir", str(self.dir / self.names[i]),
+        cluster = ",".join(f"{n}=http://{h}:{p}"
+                           for n, h, p in zip(self.names, self.hosts, self.peer_ports))
+        client = f"http://{self.hosts[i]}:{self.client_ports[i]}"
+        peer = f"http://{self.hosts[i]}:{self.peer_ports[i]}"
+        inside = ["ip", "netns", "exec", self.netns[i]] if self.netns else []
+        return inside + [ETCD, "--name", self.names[i], "--data-dir", str(self.dir / self.names[i]),
                 "--listen-client-urls", client, "--advertise-client-urls", client,
                 "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
                 "--initial-cluster", cluster,
@@ -79,18 +90,32 @@ class EtcdCluster:
             self.start(i)
         self.wait_healthy(60)
 
+    def _post(self, i, path, body, timeout):
+        """POSTs `body` to member i's gateway; returns the JSON reply, or None when it fails."""
+        url = f"http://{self.hosts[i]}:{self.client_ports[i]}{path}"
+        if not self.netns:
+            try:
+                req = urllib.request.Request(url, data=body, method="POST")
+                with urllib.request.urlopen(req, timeout=timeout) as r:
+                    return json.load(r) if r.status == 200 else None
+            except (OSError, ValueError):
+                return None
+        # Inside the namespaces only: a client there, with the same few lines.
+        code = ("import sys,urllib.request;r=urllib.request.urlopen(urllib.request.Request("
+                "sys.argv[1],data=sys.argv[2].encode(),method='POST'),timeout=float(sys.argv[3]));"
+                "sys.stdout.write(r.read().decode())")
+        try:
+            out = subprocess.run(["ip", "netns", "exec", self.netns[0], sys.executable, "-c", code,
+                                  url, body.decode(), str(timeout)], capture_output=True,
+                                 text=True, timeout=timeout + 5)
+            return json.loads(out.stdout) if out.returncode == 0 else None
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            return None
+
     def healthy(self):
         """True when some member serves a linearizable read (the cluster has quorum)."""
-        for port in self.client_ports:
-            try:
-                req = urllib.request.Request(f"http://127.0.0.1:{port}/v3/kv/range",
-                                             data=b'{"key":"eA=="}', method="POST")
-                with urllib.request.urlopen(req, timeout=2) as r:
-                    if r.status == 200:
-                        return True
-            except OSError:
-                pass
-        return False
+        return any(self._post(i, "/v3/kv/range", b'{"key":"eA=="}', 2) is not None
+                   for i in range(len(self.procs)))
 
     def wait_healthy(self, timeout):
         deadline = time.monotonic() + timeout
@@ -101,21 +126,15 @@ class EtcdCluster:
 
     def keys(self, prefix):
         """How many keys start with `prefix` (a linearizable count)."""
-        import base64
-        import json
         start = base64.b64encode(prefix.encode()).decode()
         end = bytearray(prefix.encode())
         end[-1] += 1
         body = json.dumps({"key": start, "range_end": base64.b64encode(bytes(end)).decode(),
                            "count_only": True}).encode()
-        for port in self.client_ports:
-            try:
-                req = urllib.request.Request(f"http://127.0.0.1:{port}/v3/kv/range", data=body,
-                                             method="POST")
-                with urllib.request.urlopen(req, timeout=5) as r:
-                    return int(json.load(r).get("count", 0))
-            except OSError:
-                continue
+        for i in range(len(self.procs)):
+            reply = self._post(i, "/v3/kv/range", body, 5)
+            if reply is not None:
+                return int(reply.get("count", 0))
         raise RuntimeError("no etcd member answered")
 
     def close(self):

@@ -1,0 +1,42 @@
+#include "rendezvous/job_record.h"
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/store_core.h"
+
+namespace dtrun::rendezvous {
+namespace {
+
+// The keys were checked to exist: a GET of one returns at once; the bound covers a store that
+// stops answering between the two calls.
+constexpr std::chrono::milliseconds kRead(1000);
+
+}  // namespace
+
+std::int64_t JobRecord::finalRound() const {
+  if (!final) return -1;
+  try {
+    return nlohmann::json::parse(*final).value("round", std::int64_t{-1});
+  } catch (const nlohmann::json::exception&) {
+    return -1;
+  }
+}
+
+JobRecord readJobRecord(Store& job) {
+  JobRecord o;
+  if (job.check({"succeeded"})) {
+    o.succeeded = parseDecimal(job.get("succeeded", kRead));
+    if (!o.succeeded) o.succeeded = -1;  // on record, but not a round number: still over
+  }
+  if (job.check({"final"})) {
+    o.final = job.get("final", kRead);
+    if (const std::int64_t round = o.finalRound(); round >= 0) {
+      o.failures = DynamicRendezvous::failuresOf(job, round);
+    }
+  }
+  return o;
+}
+
+}  // namespace dtrun::rendezvous
