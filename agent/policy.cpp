@@ -7,13 +7,6 @@
 #include "common/signals.h"
 
 namespace dtrun::agent {
-namespace {
-
-bool terminating(int signo) {
-  return signo == SIGTERM || signo == SIGINT || signo == SIGHUP || signo == SIGQUIT;
-}
-
-}  // namespace
 
 Policy::Policy(PolicySettings settings, std::shared_ptr<spdlog::logger> log)
     : settings_(std::move(settings)), log_(std::move(log)) {}
@@ -392,7 +385,7 @@ void Policy::on(const event::JobLost& e) {
 
 void Policy::on(const event::Signal& e) {
   if (state_ == State::kFinished) return;
-  if (!terminating(e.signo)) {
+  if (!isTerminatingSignal(e.signo)) {
     // SIGUSR1/SIGUSR2 and the like (Slurm's preemption warning): pass them on, keep running.
     log_->warn("agent: forwarding signal {} to the workers", signalName(e.signo));
     emit(action::SignalWorkers{e.signo});

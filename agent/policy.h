@@ -28,9 +28,9 @@
 #include <variant>
 #include <vector>
 
-#include "agent/exit_status.h"
 #include "agent/failure_report.h"
 #include "agent/job_link.h"
+#include "common/exit_status.h"
 #include "rendezvous/dynamic_rendezvous.h"
 
 namespace dtrun::agent {
