@@ -28,6 +28,7 @@
 #include "launcher/cli.h"
 #include "launcher/endpoint_check.h"
 #include "launcher/logging.h"
+#include "launcher/rdzv_args.h"
 #include "launcher/store_command.h"
 #include "launcher/torch_probe.h"
 #include "rendezvous/store_server.h"
@@ -180,7 +181,8 @@ int runLaunch(const agent::LaunchConfig& parsedConfig, const std::vector<int>& u
   const bool isStatic = rdzv.backend == "static";
   // etcd: the job lives in etcd, whose members the user runs; no agent hosts the job's store.
   const bool isEtcd = rdzv.backend == "etcd";
-  // Issue 6: before joining, warn when the endpoint is loopback for a multi-host job.
+  // Before joining, warn when the endpoint is loopback for a multi-host job (docs/slurm.md,
+  // "The loopback check").
   if (!isEtcd) warnIfEndpointIsLoopback(config, *agentLog);
   // The CLI resolved the endpoint for both backends (static: --rdzv-endpoint, else
   // --master-addr:--master-port, as torchrun's get_rdzv_endpoint).

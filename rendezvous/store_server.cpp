@@ -7,10 +7,11 @@
 
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/v6_only.hpp>
-#include <boost/asio/write.hpp>
 #include <utility>
 
 #include "common/error.h"
+#include "common/host_port.h"
+#include "rendezvous/store_session.h"
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
@@ -39,229 +40,6 @@ void runServing(asio::io_context& io, spdlog::logger& log) {
   }
 }
 
-namespace {
-
-std::string peerOf(const tcp::socket& socket) {
-  boost::system::error_code ec;
-  auto remote = socket.remote_endpoint(ec);
-  return ec ? std::string("unknown peer")
-            : remote.address().to_string() + ":" + std::to_string(remote.port());
-}
-
-}  // namespace
-
-// One client connection: its socket, its timers, and the StoreConnection that speaks the
-// protocol. Replies are written in batches, so a pipelining client costs one write per read.
-class StoreServer::Session : public std::enable_shared_from_this<Session> {
- public:
-  Session(StoreServer& server, tcp::socket socket, StoreCore::ClientId id)
-      : server_(server),
-        socket_(std::move(socket)),
-        peer_(peerOf(socket_)),
-        conn_(server.core_, id, server.options_.limits, server.options_.maxReplyBytes,
-              server.connectionBytes_, peer_, server.options_.token),
-        timer_(server.io_) {
-    boost::system::error_code ec;
-    socket_.set_option(tcp::no_delay(true), ec);
-    socket_.non_blocking(true, ec);
-  }
-
-  void start() { read(); }
-
-  /// A parked WAIT/BARRIER/WAIT_CHANGE completed.
-  void stopWaiting() {
-    conn_.stopWaiting();
-    flush();
-  }
-
-  /// Closes the socket; the pending handlers then finish with errors and the registry forgets us.
-  void close() {
-    if (closed_) return;
-    closed_ = true;
-    timer_.cancel();
-    boost::system::error_code ignored;
-    socket_.shutdown(tcp::socket::shutdown_both, ignored);
-    socket_.close(ignored);
-    conn_.close();
-    server_.onSessionClosed(conn_.id());
-  }
-
-  /// Logs why (once, rate-limited with every other session's) and closes. Replies already
-  /// made (DTRUN_AUTH's "refused" among them) are sent first if the socket takes them now.
-  void closeBecause(const std::string& kind, const std::string& why) {
-    if (closed_) return;
-    server_.warn(kind, "store: closing connection from " + peer_ + ": " + why);
-    if (!writing_ && conn_.hasOutput()) {
-      const std::string last = conn_.takeOutput();
-      boost::system::error_code ignored;
-      socket_.send(asio::buffer(last), 0, ignored);  // non-blocking: what fits, or nothing
-      conn_.sent();
-    }
-    close();
-  }
-
-  const std::string& peer() const { return peer_; }
-
- private:
-  using Clock = std::chrono::steady_clock;
-  // Replies wait while a write is in flight; past this much, reading pauses until it drains.
-  static constexpr std::size_t kMaxPendingOut = 4 * 1024 * 1024;
-
-  void read() {
-    if (closed_ || reading_) return;
-    if (conn_.pendingOutput() > kMaxPendingOut) return;  // resumed by flush()'s handler
-    reading_ = true;
-    // Reactor style: wait for readability, then read into the server's one buffer. A session
-    // keeps only the request it is receiving, so thousands of idle connections cost little.
-    socket_.async_wait(tcp::socket::wait_read,
-                       [self = shared_from_this()](boost::system::error_code ec) {
-                         self->reading_ = false;
-                         if (ec) {
-                           self->close();
-                           return;
-                         }
-                         self->guarded([&] { self->onReadable(); });
-                       });
-  }
-
-  // Runs a handler's body; whatever it throws closes this connection only.
-  template <typename F>
-  void guarded(F&& body) {
-    try {
-      body();
-    } catch (const std::exception& e) {
-      closeBecause("failure", std::string("serving it failed: ") + e.what());
-    } catch (...) {
-      closeBecause("failure", "serving it failed");
-    }
-  }
-
-  void onReadable() {
-    auto& buf = server_.readBuffer_;
-    for (;;) {
-      boost::system::error_code ec;
-      std::size_t n = socket_.read_some(asio::buffer(buf), ec);
-      if (ec == asio::error::would_block || ec == asio::error::try_again) break;
-      if (ec) {
-        if (conn_.midRequest()) {
-          // The peer left with a frame half sent: a truncated frame, named like any bad one.
-          closeBecause("truncated", "it ended inside a request (" +
-                                        std::to_string(conn_.receivedRequest()) +
-                                        " bytes of a truncated frame)");
-        } else {
-          if (ec != asio::error::eof && ec != asio::error::connection_reset) {
-            server_.log_->debug("store: connection {} read error: {}", peer_, ec.message());
-          }
-          close();
-        }
-        return;
-      }
-      lastActivity_ = Clock::now();
-      const bool wasMidRequest = conn_.midRequest();
-      std::string why = conn_.receive(std::string_view(buf.data(), n));
-      if (!why.empty()) {
-        closeBecause("refused", why);
-        return;
-      }
-      if (auto lease = conn_.takeLease()) lease_ = *lease;
-      if (conn_.midRequest() && !wasMidRequest) requestStarted_ = lastActivity_;
-      armTimer();
-      flush();
-      if (closed_) return;
-      // A full buffer means more is probably waiting: read it now rather than through another
-      // trip round the reactor. Otherwise the socket is drained; wait for readiness again.
-      if (n < buf.size() || conn_.pendingOutput() > kMaxPendingOut) break;
-    }
-    read();
-  }
-
-  // One timer serves both deadlines: the lease (nothing received for that long) and the frame
-  // timeout (a request begun and not finished). It is re-armed lazily: a handler that finds the
-  // deadline moved waits again.
-  std::optional<Clock::time_point> nextDeadline() const {
-    std::optional<Clock::time_point> at;
-    if (lease_.count() > 0) at = lastActivity_ + lease_;
-    const auto frameTimeout = server_.options_.frameTimeout;
-    if (conn_.midRequest() && frameTimeout.count() > 0) {
-      auto frameAt = requestStarted_ + frameTimeout;
-      if (!at || frameAt < *at) at = frameAt;
-    }
-    return at;
-  }
-
-  void armTimer() {
-    auto at = nextDeadline();
-    if (!at || closed_) return;
-    if (timerArmed_ && timerAt_ <= *at) return;  // the armed wake-up comes first; it re-checks
-    timerArmed_ = true;
-    timerAt_ = *at;
-    timer_.expires_at(*at);
-    timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
-      if (ec == asio::error::operation_aborted && !self->closed_ && self->timerArmed_) {
-        return;  // re-armed earlier: that wait owns the timer now
-      }
-      self->timerArmed_ = false;
-      if (ec || self->closed_) return;
-      self->guarded([&] { self->onTimer(); });
-    });
-  }
-
-  void onTimer() {
-    const auto now = Clock::now();
-    if (lease_.count() > 0 && now - lastActivity_ >= lease_) {
-      auto quiet = std::chrono::duration_cast<std::chrono::milliseconds>(now - lastActivity_);
-      closeBecause("lease", "nothing received for " + std::to_string(quiet.count()) + " ms");
-      return;
-    }
-    const auto frameTimeout = server_.options_.frameTimeout;
-    if (conn_.midRequest() && frameTimeout.count() > 0 && now - requestStarted_ >= frameTimeout) {
-      closeBecause(
-          "timeout",
-          "a request begun " +
-              std::to_string(
-                  std::chrono::duration_cast<std::chrono::seconds>(now - requestStarted_).count()) +
-              " s ago is still incomplete (" + std::to_string(conn_.receivedRequest()) + " bytes)");
-      return;
-    }
-    armTimer();
-  }
-
-  void flush() {
-    if (closed_ || writing_ || !conn_.hasOutput()) return;
-    writing_ = true;
-    out_ = conn_.takeOutput();
-    asio::async_write(socket_, asio::buffer(out_),
-                      [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
-                        self->writing_ = false;
-                        self->out_.clear();
-                        self->conn_.sent();
-                        if (ec) {
-                          self->close();
-                          return;
-                        }
-                        self->guarded([&] {
-                          self->flush();
-                          self->read();
-                        });
-                      });
-  }
-
-  StoreServer& server_;
-  tcp::socket socket_;
-  std::string peer_;
-  StoreConnection conn_;
-  std::string out_;  // the write in flight
-  bool writing_ = false;
-  bool reading_ = false;
-  bool closed_ = false;
-  std::chrono::milliseconds lease_{0};
-  Clock::time_point lastActivity_ = Clock::now();
-  Clock::time_point requestStarted_ = Clock::now();
-  asio::steady_timer timer_;
-  bool timerArmed_ = false;
-  Clock::time_point timerAt_{};
-};
-
 StoreServer::StoreServer(asio::io_context& io, StoreServerOptions options,
                          std::shared_ptr<spdlog::logger> log)
     : io_(io),
@@ -284,7 +62,7 @@ void StoreServer::start() {
   std::uint64_t files = raiseFileLimit();
   maxConnections_ = options_.maxConnections;
   if (maxConnections_ == 0 && files > 64) maxConnections_ = files - 64;  // room for logs, workers
-  const std::string where = options_.host + ":" + std::to_string(options_.port);
+  const std::string where = joinHostPort(options_.host, options_.port);
   try {
     tcp::resolver resolver(io_);
     auto results = resolver.resolve(options_.host, std::to_string(options_.port),
