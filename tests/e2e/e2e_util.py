@@ -1,4 +1,5 @@
-"""Shared helpers of the python end-to-end tests (run by /usr/bin/python3, which sees torch).
+"""What the python end-to-end tests that compare dtrun with torch share (run by /usr/bin/python3,
+which sees torch); checks, runs and skips are tests/support/dtrun_testing.py's.
 
 Torchrun is Debian's torch 1.13 through the measurement anchor, which patches only the
 Python 3.11 parsing bug (Std.from_str) before calling torch.distributed.run.main. Its
@@ -8,20 +9,15 @@ does), which lets tests run in parallel.
 """
 import argparse
 import os
-import signal
-import subprocess
 import sys
 
-SKIP = 77  # ctest SKIP_RETURN_CODE
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from dtrun_testing import skip  # noqa: E402
+
 ANCHOR = os.environ.get(
     "DTRUN_TORCHRUN_ANCHOR",
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "bench",
                  "torchrun_anchor.py"))
-
-
-def skip(why):
-    print(f"SKIP: {why}", flush=True)
-    sys.exit(SKIP)
 
 
 def require_torch_and_anchor():
@@ -52,53 +48,3 @@ def torchrun_cmd():
 def standalone_like(run_id):
     """Both launchers' arguments for a single-node c10d job on a free port."""
     return ["--rdzv_backend=c10d", "--rdzv_endpoint=localhost:0", f"--rdzv_id={run_id}"]
-
-
-def run(cmd, env, cwd, timeout, log):
-    """Runs cmd to the end; returns (exit code, stdout+stderr). Output also goes to `log`.
-
-    The launcher gets a session of its own; if it outlives `timeout`, that whole process group
-    is killed (torchrun 1.13's workers share it; dtrun's die with dtrun).
-    """
-    print("$ " + " ".join(cmd), flush=True)
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            code = None
-    with open(log, "rb") as f:
-        text = f.read().decode(errors="replace")
-    if code is None:
-        raise AssertionError(f"{cmd[0]} did not finish within {timeout} s:\n{text}")
-    return code, text
-
-
-class Checker:
-    """Collects failed checks, prints each, and gives the exit code at the end: a failure when a
-    check failed, or when none was made (a test that asserts nothing cannot fail)."""
-
-    def __init__(self):
-        self.failures = 0
-        self.count = 0
-
-    def check(self, ok, what):
-        print(("ok    " if ok else "FAIL  ") + what, flush=True)
-        self.count += 1
-        if not ok:
-            self.failures += 1
-        return ok
-
-    def equal(self, actual, expected, what):
-        return self.check(actual == expected, f"{what}: {actual!r} == {expected!r}")
-
-    def exit_code(self):
-        if self.count == 0:
-            print("FAIL  no check was made: a test that asserts nothing cannot fail", flush=True)
-            return 1
-        print(f"{self.failures} of {self.count} check(s) failed" if self.failures else
-              f"all {self.count} checks passed")
-        return 1 if self.failures else 0

@@ -8,28 +8,20 @@ usage: hang_test.py --dtrun BIN --probe WORKER_PROBE --case CASE
 Exit status: 0 pass, 1 fail, 77 skipped (torch not importable by this interpreter).
 """
 import argparse
-import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from e2e_util import Checker, run, skip  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+from dtrun_testing import Checks, pid_alive, read_jsonl, run, skip, wait_for  # noqa: E402
 
 WORKER = os.path.join(HERE, "timer_worker.py")
-
-
-def events(path):
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def named(evs, name):
@@ -40,7 +32,7 @@ class Case:
     def __init__(self, args, work):
         self.args = args
         self.work = work
-        self.c = Checker()
+        self.c = Checks(collect=True)
         self.env = dict(os.environ, TMPDIR=work, PYTHONDONTWRITEBYTECODE="1")
 
     def dtrun(self, opts, script, nproc, timeout=240, env=None, python=True):
@@ -56,7 +48,7 @@ def case_overstay_restarts(k):
     """A FileTimerClient worker that overstays is killed, the group restarts and finishes; the
     punctual ranks are never touched; garbage on the FIFO is counted and served past."""
     code, out = k.dtrun(["--file-timer", "--max-restarts=1"], [WORKER, "overstay"], 4)
-    c, evs = k.c, events(k.event_log)
+    c, evs = k.c, read_jsonl(k.event_log)
     c.equal(code, 0, "dtrun exit code")
     hung = named(evs, "worker_hung")
     c.equal([(e["rank"], e["scope_id"], e["signal"]) for e in hung], [(1, "step", 9)],
@@ -64,11 +56,12 @@ def case_overstay_restarts(k):
     started = {(e["round"], e["rank"]): e["pid"] for e in named(evs, "worker_started")}
     c.check(hung and hung[0]["pid"] == started.get((0, 1)), "the hung pid is rank 1's worker")
     c.check(hung and hung[0]["overstay_ms"] >= 0, "the overstay is measured")
+    c.check(hung and hung[0]["round"] == 0 and hung[0]["local_rank"] == 1,
+            "the hang is round 0's, local rank 1")
     exits = {(e["round"], e["rank"]): e for e in named(evs, "worker_exited")}
     c.equal(exits.get((0, 1), {}).get("signal"), 9, "rank 1 died of SIGKILL")
     c.equal(sorted(r for (rnd, r), e in exits.items() if rnd == 1 and e["exit_code"] == 0),
             [0, 1, 2, 3], "round 1: every rank exited 0")
-    c.check("hung: timer \"step\"" in out, "the log names the hang")
     c.check("malformed line" in out, "the garbage on the FIFO is logged")
     decided = named(evs, "restart_decided")
     c.check(any(e.get("reason") == "worker_failure" for e in decided),
@@ -79,7 +72,7 @@ def case_punctual_many_ranks(k):
     """Eight ranks arming and releasing deadlines at once, every step inside its deadline: never
     touched, one round, exit 0."""
     code, out = k.dtrun(["--file-timer"], [WORKER, "punctual"], 8)
-    evs = events(k.event_log)
+    evs = read_jsonl(k.event_log)
     k.c.equal(code, 0, "dtrun exit code")
     k.c.equal(named(evs, "worker_hung") + named(evs, "restart_decided"), [],
               "no hang, no restart")
@@ -88,17 +81,31 @@ def case_punctual_many_ranks(k):
 
 
 def case_forked_children_hang(k):
-    """Every rank's forked child overstays its own deadline at once: the child's pid is the one
-    reported, its worker's whole group is killed, and the group restarts."""
+    """Every rank's worker forks a child that overstays its own deadline, all within a few ms.
+    The first overstay ends the round (its worker's group is killed; the failure stops the
+    others, their children with them), so one to four hangs are recorded, depending on how many
+    deadlines pass before the first worker's exit is seen. Each one names the child of its rank
+    (the pid it printed), never a worker; no child is left; one restart; round 1 succeeds."""
     code, out = k.dtrun(["--file-timer", "--max-restarts=1"], [WORKER, "fork-hang"], 4)
-    evs = events(k.event_log)
+    evs = read_jsonl(k.event_log)
     k.c.equal(code, 0, "dtrun exit code")
     hung = named(evs, "worker_hung")
     workers = {e["pid"] for e in named(evs, "worker_started")}
-    k.c.check(len(hung) >= 1, f"{len(hung)} hang(s) recorded")
-    k.c.check(all(e["pid"] not in workers and e["scope_id"] == "child" for e in hung),
-              "the reported pids are the children's, not the workers'")
-    k.c.equal(len(named(evs, "restart_decided")) >= 1, True, "the group restarted")
+    children = {int(m.group(1)): int(m.group(2))
+                for m in re.finditer(r"^rank (\d) child (\d+)$", out, re.M)}
+    k.c.equal(sorted(children), [0, 1, 2, 3], "every rank's worker forked its child")
+    k.c.check(1 <= len(hung) <= 4, f"{len(hung)} hang(s) recorded, one to four")
+    k.c.equal(len({e["rank"] for e in hung}), len(hung), "each rank's child hung at most once")
+    k.c.check(all(e["round"] == 0 and e["scope_id"] == "child" and e["signal"] == signal.SIGKILL
+                  for e in hung), "every hang: round 0, scope child, SIGKILL")
+    k.c.check(all(e["pid"] == children.get(e["rank"]) and e["pid"] not in workers for e in hung),
+              "each reported pid is the child its rank printed, not a worker")
+    k.c.check(not [p for p in children.values() if pid_alive(p)], "no child of round 0 is left")
+    failures = [e for e in named(evs, "restart_decided") if e.get("reason") == "worker_failure"]
+    k.c.equal([e["round"] for e in failures], [0], "one failure restart, of round 0")
+    k.c.equal(sorted(e["rank"] for e in named(evs, "worker_exited")
+                     if e["round"] == 1 and e["exit_code"] == 0), [0, 1, 2, 3],
+              "round 1: every rank exited 0")
 
 
 def case_max_restarts_report(k):
@@ -110,7 +117,7 @@ def case_max_restarts_report(k):
     k.c.check("hung: timer \"load\"" in out, "the report leads with the hang")
     k.c.check("loading shard 3" in out, "the worker's last stderr line is in the report")
     k.c.check("in stuck_loading_shard" in out, "its Python stack names the function it hung in")
-    k.c.equal(len(named(events(k.event_log), "worker_hung")), 2, "two hangs (rounds 0 and 1)")
+    k.c.equal(len(named(read_jsonl(k.event_log), "worker_hung")), 2, "two hangs (rounds 0 and 1)")
 
 
 def case_stall(k):
@@ -120,10 +127,15 @@ def case_stall(k):
               '[ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && exec sleep 600; exit 0')
     code, out = k.dtrun(["--stall-timeout=1.5", "--max-restarts=1"], ["sh", "-c", script], 2,
                         python=False)
-    evs = events(k.event_log)
+    evs = read_jsonl(k.event_log)
     k.c.equal(code, 0, "dtrun exit code")
-    k.c.equal(len(named(evs, "worker_group_stalled")), 1, "one stall")
-    k.c.check("no output and no timer activity" in out, "the log says what stalled")
+    stalled = named(evs, "worker_group_stalled")
+    k.c.equal([e["round"] for e in stalled], [0], "one stall, in round 0")
+    k.c.check(stalled and stalled[0]["quiet_ms"] >= 1500,
+              f"quiet for at least the 1.5 s of --stall-timeout: {stalled}")
+    k.c.equal(sorted(e["rank"] for e in named(evs, "worker_exited")
+                     if e["round"] == 1 and e["exit_code"] == 0), [0, 1],
+              "round 1: both ranks exited 0")
 
 
 def native(k, api):
@@ -132,7 +144,7 @@ def native(k, api):
     code, out = k.dtrun(["--file-timer", "--max-restarts=1"],
                         [k.args.probe, "timer", "1", "0.1", "--hang-on-round", "0", *api], 2,
                         python=False)
-    evs = events(k.event_log)
+    evs = read_jsonl(k.event_log)
     k.c.equal(code, 0, "dtrun exit code")
     k.c.equal(sorted({e["scope_id"] for e in named(evs, "worker_hung")}), ["probe-step"],
               "the native worker's scope hung")
@@ -173,12 +185,8 @@ def case_agent_restarted(k):
             return p
 
         def armed(rnd, n):
-            deadline = time.monotonic() + 180
-            while time.monotonic() < deadline:
-                if sum(os.path.exists(os.path.join(work, f"armed-{rnd}-{r}")) for r in range(n)) == n:
-                    return True
-                time.sleep(0.05)
-            return False
+            return wait_for(lambda: all(os.path.exists(os.path.join(work, f"armed-{rnd}-{r}"))
+                                        for r in range(n)), 180, interval=0.05)
 
         start("a")
         start("b")
@@ -194,7 +202,7 @@ def case_agent_restarted(k):
         codes = {n: agents[n].wait(120) for n in ("a", "b2")}
         k.c.equal(codes, {"a": 0, "b2": 0}, "both agents exit 0")
         for n in ("a", "b2"):
-            evs = events(os.path.join(work, n + ".jsonl"))
+            evs = read_jsonl(os.path.join(work, n + ".jsonl"))
             k.c.equal(named(evs, "worker_hung"), [], f"{n}: nothing killed as hung")
         with open(os.path.join(work, "b2.log"), errors="replace") as f:
             b2 = f.read()

@@ -9,19 +9,15 @@ API too (torchrun 1.13's etcd backends speak only v2).
 """
 import os
 import signal
-import socket
 import subprocess
-import time
+import sys
 import urllib.request
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from dtrun_testing import free_port, wait_for  # noqa: E402
+
 ETCD = "/usr/bin/etcd"
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class EtcdCluster:
@@ -32,8 +28,8 @@ class EtcdCluster:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.extra = list(extra) + (["--enable-v2"] if enable_v2 else [])
         self.names = [f"m{i}" for i in range(members)]
-        self.client_ports = [_free_port() for _ in self.names]
-        self.peer_ports = [_free_port() for _ in self.names]
+        self.client_ports = [free_port() for _ in self.names]
+        self.peer_ports = [free_port() for _ in self.names]
         self.procs = [None] * members
         for i in range(members):
             self.start(i, fresh=True)
@@ -93,11 +89,8 @@ class EtcdCluster:
         return False
 
     def wait_healthy(self, timeout):
-        deadline = time.monotonic() + timeout
-        while not self.healthy():
-            if time.monotonic() >= deadline:
-                raise RuntimeError(f"etcd cluster in {self.dir} not healthy after {timeout} s")
-            time.sleep(0.05)
+        if not wait_for(self.healthy, timeout, interval=0.05):
+            raise RuntimeError(f"etcd cluster in {self.dir} not healthy after {timeout} s")
 
     def keys(self, prefix):
         """How many keys start with `prefix` (a linearizable count)."""
