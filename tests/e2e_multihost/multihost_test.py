@@ -42,7 +42,7 @@ import dtrun_testing as dt  # noqa: E402
 from dtrun_testing import Failed  # noqa: E402
 WORKER = HERE / "report_worker.py"
 PYTHON = "/usr/bin/python3"  # the interpreter that sees Debian's torch
-SKIP = 77
+SKIP = dt.SKIP
 HOSTS = ["127.0.0.2", "127.0.0.3"]
 DOWN = "127.0.0.4"  # in the ssh config, with no server
 

@@ -56,10 +56,11 @@ def _etcd_agent(job, cluster, nnodes, nproc, program=None, conf=None, extra=()):
                            extra=["--rdzv-backend", "etcd", *extra], program=program)
 
 
-def _run_c10d(job, name, agents, nproc):
+def _run_c10d(job, name, agents, nproc, steps=ddp.STEPS, ckpt=None):
     """The fault-free reference on dtrun's c10d backend (torch_ddp_test's run, with the steady
-    heartbeats of these tests); returns its final model."""
-    return ddp._final(ddp._run(job, name, agents, nproc, conf=STEADY))
+    heartbeats of these tests), writing into `ckpt` (default <name>/ckpt); returns its final
+    model."""
+    return ddp._final(ddp._run(job, name, agents, nproc, steps=steps, ckpt=ckpt, conf=STEADY))
 
 
 def _wait_all(agents, timeout=180):
