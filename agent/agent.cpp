@@ -14,6 +14,8 @@
 #include <set>
 
 #include "agent/error_file.h"
+#include "agent/line_prefix.h"
+#include "agent/line_tail.h"
 #include "agent/process_tree.h"
 #include "agent/worker_env.h"
 #include "common/error.h"

@@ -10,7 +10,7 @@
 #include "common/abort_key.h"
 #include "common/error.h"
 #include "common/free_port.h"
-#include "rendezvous/store_core.h"
+#include "common/host_port.h"
 
 namespace dtrun::agent {
 using rendezvous::DynamicRendezvous;
@@ -23,7 +23,7 @@ C10dJob::C10dJob(boost::asio::io_context& io, C10dJobOptions options,
     : io_(io),
       options_(std::move(options)),
       log_(std::move(log)),
-      address_(options_.store.host + ":" + std::to_string(options_.store.port)),
+      address_(hostPortText(options_.store.host, options_.store.port)),
       jobPrefix_("dtrun/" + options_.runId),
       heartbeatTimer_(io),
       recordReader_(io) {
@@ -281,7 +281,7 @@ void C10dJob::workerStore(const rendezvous::RoundInfo& round,
   // torchrun 1.13's way: group rank 0 picks a free port on its host and its rank 0 worker serves
   // the TCPStore there; the others read "addr:port" from the round's key.
   std::optional<std::string> mine;
-  if (round.groupRank == 0) mine = options_.localAddr + ":" + std::to_string(pickFreePort());
+  if (round.groupRank == 0) mine = hostPortText(options_.localAddr, pickFreePort());
   queue_->run<WorkerStore>(
       [this, r = round.round, mine = std::move(mine)] {
         const std::string key = DynamicRendezvous::roundKey(r, "master");
@@ -292,15 +292,8 @@ void C10dJob::workerStore(const rendezvous::RoundInfo& round,
         } else {
           value = job_->get(key, options_.rendezvous.joinTimeout);
         }
-        const auto colon = value.rfind(':');
-        const auto port = colon == std::string::npos
-                              ? std::nullopt
-                              : rendezvous::parseDecimal(value.substr(colon + 1));
-        if (!port || *port <= 0 || *port > 65535) {
-          throw ProtocolError("round " + std::to_string(r) + ": MASTER_ADDR:MASTER_PORT '" + value +
-                              "' in the store is not host:port");
-        }
-        return WorkerStore{value.substr(0, colon), static_cast<std::uint16_t>(*port)};
+        return workerStoreOf(value, "round " + std::to_string(r) + ": MASTER_ADDR:MASTER_PORT '" +
+                                        value + "' in the store is not host:port");
       },
       std::move(done));
 }

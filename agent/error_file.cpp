@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 
 #include "common/error.h"
@@ -15,28 +14,8 @@ namespace dtrun::agent {
 
 namespace {
 
-using Json = nlohmann::ordered_json;
-
 // A traceback is a few KiB; anything this large is not an error file a worker meant to write.
 constexpr std::size_t kMaxErrorFileBytes = 16 * 1024 * 1024;
-
-// torch does int(x) on the timestamp: a JSON integer, a float (truncated) or a decimal string.
-std::optional<std::int64_t> parseTimestamp(const Json& v) {
-  if (v.is_number_integer()) return v.get<std::int64_t>();
-  if (v.is_number_float()) return static_cast<std::int64_t>(v.get<double>());
-  if (!v.is_string()) return std::nullopt;
-  const std::string& s = v.get_ref<const std::string&>();
-  auto b = s.find_first_not_of(" \t\n\r");
-  auto e = s.find_last_not_of(" \t\n\r");
-  if (b == std::string::npos) return std::nullopt;
-  const char* first = s.data() + b;
-  const char* last = s.data() + e + 1;
-  if (*first == '+') ++first;  // int("+5") == 5; from_chars rejects '+'
-  std::int64_t out = 0;
-  auto [ptr, ec] = std::from_chars(first, last, out);
-  if (ec != std::errc() || ptr != last) return std::nullopt;
-  return out;
-}
 
 ErrorFileContents malformed(const std::string& path, const std::string& why) {
   ErrorFileContents c;
@@ -72,32 +51,6 @@ bool slurp(const std::string& path, std::string& out, std::string& why) {
   return true;
 }
 
-void dumpInto(const Json& j, std::string& out) {
-  if (j.is_object()) {
-    out += '{';
-    bool first = true;
-    for (auto it = j.begin(); it != j.end(); ++it) {
-      if (!first) out += ", ";
-      first = false;
-      out += Json(it.key()).dump(-1, ' ', true, Json::error_handler_t::replace);
-      out += ": ";
-      dumpInto(it.value(), out);
-    }
-    out += '}';
-  } else if (j.is_array()) {
-    out += '[';
-    bool first = true;
-    for (const auto& v : j) {
-      if (!first) out += ", ";
-      first = false;
-      dumpInto(v, out);
-    }
-    out += ']';
-  } else {
-    out += j.dump(-1, ' ', true, Json::error_handler_t::replace);
-  }
-}
-
 }  // namespace
 
 std::optional<ErrorFileContents> readErrorFile(const std::string& path) {
@@ -109,54 +62,20 @@ std::optional<ErrorFileContents> readErrorFile(const std::string& path) {
   std::string why;
   if (!slurp(path, text, why)) return malformed(path, why);
 
-  Json doc;
+  TorchErrorFile file;
   try {
-    doc = Json::parse(text);
-  } catch (const Json::exception& e) {
+    file = decodeTorchErrorFile(text);
+  } catch (const ConfigError& e) {
     return malformed(path, e.what());
   }
-  if (!doc.is_object() || !doc.contains("message")) {
-    return malformed(path, "no \"message\" field");
-  }
-
   ErrorFileContents c;
-  const Json& message = doc.at("message");
-  if (message.is_string()) {
-    c.message = message.get<std::string>();
-    if (doc.contains("timestamp")) c.timestampS = parseTimestamp(doc.at("timestamp"));
-  } else if (message.is_object()) {
-    // torch: message.extraInfo.py_callstack, else message.message, else "<N/A>".
-    const Json* extra = message.contains("extraInfo") && message.at("extraInfo").is_object()
-                            ? &message.at("extraInfo")
-                            : nullptr;
-    if (extra && extra->contains("py_callstack") && extra->at("py_callstack").is_string()) {
-      c.message = extra->at("py_callstack").get<std::string>();
-    } else if (message.contains("message") && message.at("message").is_string()) {
-      c.message = message.at("message").get<std::string>();
-    } else {
-      c.message = "<N/A>";
-    }
-    if (extra && extra->contains("timestamp"))
-      c.timestampS = parseTimestamp(extra->at("timestamp"));
-  } else {
-    return malformed(path, "\"message\" is neither a string nor an object");
-  }
+  // torch's failure report: message.extraInfo.py_callstack, else message.message, else "<N/A>";
+  // the string format's message as it is.
+  c.message = file.callstack.value_or(file.message.value_or("<N/A>"));
+  c.timestampS = file.timestamp;
   c.valid = true;
-  c.document = std::move(doc);
+  c.document = std::move(file.document);
   return c;
-}
-
-nlohmann::ordered_json makeErrorRecord(const std::string& message, const std::string& callstack,
-                                       std::int64_t timestampS) {
-  Json extra = Json::object();
-  extra["py_callstack"] = callstack;
-  extra["timestamp"] = std::to_string(timestampS);
-  Json inner = Json::object();
-  inner["message"] = message;
-  inner["extraInfo"] = std::move(extra);
-  Json doc = Json::object();
-  doc["message"] = std::move(inner);
-  return doc;
 }
 
 nlohmann::ordered_json withErrorCode(nlohmann::ordered_json doc, int exitCode) {
@@ -165,12 +84,6 @@ nlohmann::ordered_json withErrorCode(nlohmann::ordered_json doc, int exitCode) {
     doc["message"]["errorCode"] = exitCode;
   }
   return doc;
-}
-
-std::string dumpPythonStyle(const nlohmann::ordered_json& doc) {
-  std::string out;
-  dumpInto(doc, out);
-  return out;
 }
 
 void writeErrorFile(const std::string& path, const nlohmann::ordered_json& doc) {

@@ -1,20 +1,18 @@
-// Error files: the JSON a worker writes to $TORCHELASTIC_ERROR_FILE when it dies of an uncaught
-// exception (torch's @record), and the copy the agent writes to its own error file (torch/
-// distributed/elastic/multiprocessing/errors/error_handler.py).
+// Error files as the agent handles them: the file a worker wrote to $TORCHELASTIC_ERROR_FILE,
+// read for the failure report, and the copy the agent writes to its own error file (torch/
+// distributed/elastic/multiprocessing/errors/error_handler.py). The format is torch's, decoded
+// and written by common/torch_error_file.h.
 //
-// Two formats are accepted, as torch accepts them:
-//   record format: {"message": {"message": "ValueError: x",
-//                               "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "17"}}}
-//   string format: {"message": "text", "timestamp": 17}
 // A worker controls these bytes, so reading never throws on bad content: a malformed file becomes
-// a message naming the file. Key order is preserved (ordered_json) and files are written with
-// Python's json.dumps separators, so a file dtrun writes is byte-for-byte what torch would write.
+// a message naming the file. A file whose timestamp torch's int() refuses is malformed (torch's
+// agent raises on it); a record without a timestamp, or without extraInfo, is read, with no time.
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+
+#include "common/torch_error_file.h"
 
 namespace dtrun::agent {
 
@@ -36,18 +34,9 @@ struct ErrorFileContents {
 /// ErrorFileContents::valid). Blocking (one small local file); any thread.
 std::optional<ErrorFileContents> readErrorFile(const std::string& path);
 
-/// torch's record-format document: {"message": {"message": m, "extraInfo": {"py_callstack": cs,
-/// "timestamp": "<s>"}}}. Pure.
-nlohmann::ordered_json makeErrorRecord(const std::string& message, const std::string& callstack,
-                                       std::int64_t timestampS);
-
 /// `doc` with message.errorCode = exitCode, as torch's dump_error_file does: unchanged when
 /// exitCode is 0 or "message" is not an object. Pure.
 nlohmann::ordered_json withErrorCode(nlohmann::ordered_json doc, int exitCode);
-
-/// Serialises like Python's json.dumps(doc): ", " and ": " separators, ASCII only, invalid
-/// UTF-8 replaced by U+FFFD. Pure.
-std::string dumpPythonStyle(const nlohmann::ordered_json& doc);
 
 /// Writes `doc` to `path` the way torch writes the agent's error file: removes any existing file
 /// first, then writes dumpPythonStyle(doc). Blocking; throws dtrun::Error naming the path.

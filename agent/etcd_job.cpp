@@ -3,12 +3,13 @@
 #include <unistd.h>
 
 #include <boost/asio/post.hpp>
-#include <random>
 
 #include "common/abort_key.h"
+#include "common/decimal.h"
 #include "common/error.h"
+#include "common/host_port.h"
+#include "common/node_id.h"
 #include "rendezvous/etcd/etcd_store.h"
-#include "rendezvous/store_core.h"
 #include "rendezvous/tcp_store.h"
 
 namespace dtrun::agent {
@@ -17,6 +18,7 @@ using rendezvous::DynamicRendezvous;
 using rendezvous::etcd::Clock;
 using rendezvous::etcd::Compare;
 using rendezvous::etcd::EtcdClient;
+using rendezvous::etcd::EtcdStore;
 using rendezvous::etcd::Op;
 using rendezvous::etcd::prefixEnd;
 using rendezvous::etcd::WatchEvent;
@@ -35,20 +37,12 @@ std::string seconds(milliseconds d) {
   return s.substr(0, s.find('.') + 2) + " s";
 }
 
-std::string makeNonce() {
-  std::random_device rd;
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%08x", std::uniform_int_distribution<unsigned>()(rd));
-  return buf;
-}
-
 struct HostStore {
   WorkerStore store;
   std::string member;  // the host's member id
   int fd = -1;         // a connection to it (non-hosts)
 };
 
-// "addr:port member" as the host puts it at r<R>/store.
 // A client of a round's worker store, bounded by `timeout`.
 rendezvous::TcpStoreOptions workerStoreClient(const WorkerStore& ws, milliseconds timeout) {
   rendezvous::TcpStoreOptions o;
@@ -59,18 +53,14 @@ rendezvous::TcpStoreOptions workerStoreClient(const WorkerStore& ws, millisecond
   return o;
 }
 
+// "addr:port member" as the host puts it at r<R>/store.
 HostStore parseHostStore(std::int64_t round, const std::string& value) {
+  const std::string what = "round " + std::to_string(round) + ": the worker store '" + value +
+                           "' in etcd is not 'host:port member'";
   const auto space = value.find(' ');
-  const std::string addr = value.substr(0, space);
-  const auto colon = addr.rfind(':');
-  const auto port =
-      colon == std::string::npos ? std::nullopt : rendezvous::parseDecimal(addr.substr(colon + 1));
-  if (!port || *port <= 0 || *port > 65535 || space == std::string::npos) {
-    throw ProtocolError("round " + std::to_string(round) + ": the worker store '" + value +
-                        "' in etcd is not 'host:port member'");
-  }
+  if (space == std::string::npos) throw ProtocolError(what);
   HostStore h;
-  h.store = WorkerStore{addr.substr(0, colon), static_cast<std::uint16_t>(*port)};
+  h.store = workerStoreOf(std::string_view(value).substr(0, space), what);
   h.member = value.substr(space + 1);
   return h;
 }
@@ -83,7 +73,7 @@ EtcdJob::EtcdJob(boost::asio::io_context& io, EtcdJobOptions options,
       options_(std::move(options)),
       log_(std::move(log)),
       prefix_("dtrun/" + options_.runId + "/"),
-      memberId_(options_.me.host + ":" + std::to_string(options_.me.pid) + ":" + makeNonce()) {
+      memberId_(nodeId(options_.me.host, options_.me.pid, makeNonce())) {
   // First contact, bounded by connectTimeout: a wrong endpoint, TLS file or password is one
   // line now rather than a hang.
   const auto ttl = std::chrono::ceil<std::chrono::seconds>(options_.keepAliveInterval *
@@ -106,8 +96,8 @@ EtcdJob::EtcdJob(boost::asio::io_context& io, EtcdJobOptions options,
   }
   startRevision_ = ops_->put(prefix_ + "members/" + memberId_, options_.me.host, lease_) + 1;
 
-  job_ = std::make_shared<rendezvous::PrefixStore>(
-      "dtrun/" + options_.runId, std::make_shared<rendezvous::etcd::EtcdStore>(ops_));
+  job_ = std::make_shared<rendezvous::PrefixStore>("dtrun/" + options_.runId,
+                                                   std::make_shared<EtcdStore>(ops_));
   rdzv_ = std::make_unique<DynamicRendezvous>(
       job_, options_.me, options_.rendezvous, [this](std::int64_t round) { registerMember(round); },
       log_, [this] { return stopping_.load(); });
@@ -267,7 +257,7 @@ void EtcdJob::countGone(EtcdClient& client, std::int64_t round, const std::strin
     std::int64_t n = 0, revision = 0;
     if (!read.ranges.empty() && !read.ranges[0].kvs.empty()) {
       const auto& kv = read.ranges[0].kvs[0];
-      n = std::stoll(kv.value.empty() ? "0" : kv.value);
+      n = EtcdStore::counterValue(gone, read.ranges[0]);
       revision = kv.modRevision;
     }
     if (client
@@ -309,7 +299,7 @@ void EtcdJob::watchLoop(std::int64_t fromRevision) {
           const std::string rest = e.kv.key.substr(prefix_.size());
           const auto slash = rest.find("/alive/");
           if (rest.size() < 2 || rest[0] != 'r' || slash == std::string::npos) continue;
-          const auto round = rendezvous::parseDecimal(rest.substr(1, slash - 1));
+          const auto round = parseDecimal(std::string_view(rest).substr(1, slash - 1));
           const std::string id = rest.substr(slash + 7);
           if (!round || id == memberId_) continue;
           countGone(*watchClient_, *round, id);
@@ -404,22 +394,18 @@ rendezvous::JobState EtcdJob::readState(std::int64_t round) {
                                           DynamicRendezvous::roundKey(round, "done"),
                                           "restarts",
                                           "succeeded"};
-  // Counters are a key plus its increments, K\x01... (rendezvous/etcd/etcd_store.h): each read
-  // spans [K, K\x02).
+  // Counters are a key plus its increments (rendezvous/etcd/etcd_store.h): each read spans
+  // [K, counterEnd(K)).
   std::vector<Op> reads;
-  for (const auto& n : names) reads.push_back(Op::scan(prefix_ + n, prefix_ + n + '\x02'));
+  for (const auto& n : names)
+    reads.push_back(Op::scan(prefix_ + n, EtcdStore::counterEnd(prefix_ + n)));
   const auto r = ops_->txn({}, reads, {});
   const auto value = [&](std::size_t i) -> std::optional<std::string> {
     if (i >= r.ranges.size() || r.ranges[i].kvs.empty()) return std::nullopt;
     return r.ranges[i].kvs.front().value;
   };
   const auto number = [&](std::size_t i) -> std::int64_t {
-    std::int64_t total = 0;
-    if (i >= r.ranges.size()) return total;
-    for (const auto& kv : r.ranges[i].kvs) {
-      if (!kv.value.empty()) total += std::stoll(kv.value);
-    }
-    return total;
+    return i < r.ranges.size() ? EtcdStore::counterValue(prefix_ + names[i], r.ranges[i]) : 0;
   };
   rendezvous::JobState s;
   s.round = number(0);
@@ -487,7 +473,7 @@ void EtcdJob::workerStore(const rendezvous::RoundInfo& round,
       return;
     }
     WorkerStore ws{options_.localAddr, hosted_->port()};
-    const std::string value = options_.localAddr + ":" + std::to_string(ws.port) + " " + memberId_;
+    const std::string value = hostPortText(options_.localAddr, ws.port) + " " + memberId_;
     ops<WorkerStore>(
         [this, key, value, ws] {
           ops_->put(key, value, lease_);
@@ -510,8 +496,7 @@ void EtcdJob::workerStore(const rendezvous::RoundInfo& round,
           return;
         }
         if (storeRound_ == r) {
-          watchStoreHost(r, h.value->fd,
-                         h.value->store.addr + ":" + std::to_string(h.value->store.port),
+          watchStoreHost(r, h.value->fd, hostPortText(h.value->store.addr, h.value->store.port),
                          h.value->member);
         } else {
           ::close(h.value->fd);

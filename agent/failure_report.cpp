@@ -259,7 +259,7 @@ void writeAgentErrorFile(const std::string& path, const ProcessFailure& root) {
         }
       }
     }
-    doc = makeErrorRecord(summary, text, floorDiv(root.timestampMs, 1000));
+    doc = makeTorchErrorRecord(summary, text, floorDiv(root.timestampMs, 1000));
   }
   writeErrorFile(path, withErrorCode(std::move(doc), root.exitCode));
 }

@@ -2,8 +2,9 @@
 // job-wide state every agent shares (round, restarts, failures, who is done or gone), and where a
 // round's workers find their store.
 //
-// Implementations: C10dJob (agent/c10d_job.h: dtrun's store, c10d and static backends) and the
-// etcd backend. Every call returns at once; its `done` runs later on the agent's io thread, the
+// Implementations: C10dJob (agent/c10d_job.h: dtrun's store, c10d and static backends),
+// EtcdJob (agent/etcd_job.h: the etcd backend) and LocalJob (agent/local_job.h: a job that is
+// this node alone). Every call returns at once; its `done` runs later on the agent's io thread, the
 // only thread that touches the agent's state. A backend that does blocking work keeps it off that
 // thread and posts the result back.
 #pragma once
@@ -14,8 +15,11 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "common/error.h"
+#include "common/host_port.h"
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/job_record.h"
 
@@ -55,6 +59,17 @@ struct WorkerStore {
   std::string addr;
   std::uint16_t port = 0;
 };
+
+/// The WorkerStore an agent wrote for the others as hostPortText(addr, port). Throws
+/// ProtocolError(`what`) when `text` is not that with a port from 1 to 65535. Pure.
+inline WorkerStore workerStoreOf(std::string_view text, const std::string& what) {
+  try {
+    const HostPort hp = splitHostPort(text);
+    if (hp.port && *hp.port > 0) return WorkerStore{hp.host, *hp.port};
+  } catch (const HostPortError&) {
+  }
+  throw ProtocolError(what);
+}
 
 class JobLink {
  public:

@@ -1,7 +1,6 @@
 #include "agent/log_forwarder.h"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <utility>
 
 #include "common/error.h"
 
@@ -25,32 +25,6 @@ constexpr std::size_t kMaxPartialBytes = 64 * 1024;
 // drainAndClose() reads at most this much: a grandchild that keeps writing must not pin the
 // io thread.
 constexpr std::size_t kMaxDrainBytes = 4 * 1024 * 1024;
-constexpr std::size_t kMaxTailFileBytes = 256 * 1024;
-
-bool isIdentStart(char c) { return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
-bool isIdentChar(char c) { return isIdentStart(c) || (c >= '0' && c <= '9'); }
-
-// Writes all of `data` to `fd`, in one write(2) unless the kernel takes less. Returns false on an
-// error that will not go away (EPIPE, EBADF, ENOSPC...). A non-blocking console (O_NONBLOCK
-// set by another process sharing the tty) is waited for with poll(). This blocks the io thread
-// while the console is full, as a blocking stdout would; torchrun's tee threads block likewise.
-bool writeAll(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n > 0) {
-      data.remove_prefix(static_cast<std::size_t>(n));
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      pollfd p{fd, POLLOUT, 0};
-      if (::poll(&p, 1, -1) < 0 && errno != EINTR) return false;
-      continue;
-    }
-    return false;
-  }
-  return true;
-}
 
 UniqueFd openAppend(const std::string& path, const char* what) {
   // Never through a symlink planted where a log file belongs; job output is readable by the
@@ -62,134 +36,7 @@ UniqueFd openAppend(const std::string& path, const char* what) {
   return UniqueFd(fd);
 }
 
-// The last lines of one stream, as a terminal would leave them: a "\r" segment is a progress
-// update that the next one overwrites, so only the latest is kept until a '\n' ends the line.
-class LineTail {
- public:
-  explicit LineTail(std::size_t max) : max_(max) {}
-
-  // `term` is '\n', '\r', or 0 for a segment cut without a terminator (cap or EOF).
-  void add(std::string_view content, char term) {
-    if (term == '\r') {
-      if (!content.empty()) progress_.assign(content.substr(0, kMaxTailLineBytes));
-      return;
-    }
-    if (term == '\n' && content.empty() && !progress_.empty()) {
-      push(progress_);  // "...\r\n": the progress line was the line
-    } else {
-      push(std::string(content.substr(0, kMaxTailLineBytes)));
-    }
-    progress_.clear();
-  }
-
-  // End of stream: a last progress update counts as a line.
-  void finish() {
-    if (!progress_.empty()) push(std::exchange(progress_, std::string()));
-  }
-
-  std::vector<std::string> lines() const {
-    std::vector<std::string> out(lines_.begin(), lines_.end());
-    if (!progress_.empty() && max_ > 0) {
-      out.push_back(progress_);
-      if (out.size() > max_) out.erase(out.begin());
-    }
-    return out;
-  }
-
- private:
-  void push(std::string line) {
-    if (max_ == 0) return;
-    lines_.push_back(std::move(line));
-    if (lines_.size() > max_) lines_.pop_front();
-  }
-
-  std::size_t max_;
-  std::deque<std::string> lines_;
-  std::string progress_;
-};
-
-// Calls fn(segment, term) for each complete segment of `buf` from `start`, returning where the
-// unterminated rest begins.
-template <typename Fn>
-std::size_t forEachSegment(std::string_view buf, Fn&& fn) {
-  std::size_t start = 0;
-  for (;;) {
-    std::size_t pos = buf.find_first_of("\r\n", start);
-    if (pos == std::string_view::npos) return start;
-    fn(buf.substr(start, pos - start), buf[pos]);
-    start = pos + 1;
-  }
-}
-
 }  // namespace
-
-UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
-  if (this != &other) reset(other.release());
-  return *this;
-}
-
-void UniqueFd::reset(int fd) {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = fd;
-}
-
-std::string safeSubstitute(std::string_view tmpl, const std::map<std::string, std::string>& vars) {
-  std::string out;
-  out.reserve(tmpl.size());
-  std::size_t i = 0;
-  while (i < tmpl.size()) {
-    char c = tmpl[i];
-    if (c != '$' || i + 1 >= tmpl.size()) {
-      out += c;
-      ++i;
-      continue;
-    }
-    char next = tmpl[i + 1];
-    if (next == '$') {  // escaped
-      out += '$';
-      i += 2;
-      continue;
-    }
-    if (next == '{') {  // braced: ${name}
-      std::size_t j = i + 2;
-      if (j < tmpl.size() && isIdentStart(tmpl[j])) {
-        while (j < tmpl.size() && isIdentChar(tmpl[j])) ++j;
-        if (j < tmpl.size() && tmpl[j] == '}') {
-          std::string name(tmpl.substr(i + 2, j - i - 2));
-          auto it = vars.find(name);
-          out += it != vars.end() ? it->second : std::string(tmpl.substr(i, j + 1 - i));
-          i = j + 1;
-          continue;
-        }
-      }
-      out += '$';  // invalid: left as written
-      ++i;
-      continue;
-    }
-    if (isIdentStart(next)) {  // named: $name
-      std::size_t j = i + 1;
-      while (j < tmpl.size() && isIdentChar(tmpl[j])) ++j;
-      std::string name(tmpl.substr(i + 1, j - i - 1));
-      auto it = vars.find(name);
-      out += it != vars.end() ? it->second : std::string(tmpl.substr(i, j - i));
-      i = j;
-      continue;
-    }
-    out += '$';
-    ++i;
-  }
-  return out;
-}
-
-std::string makeLinePrefix(const std::string& tmpl, const LinePrefixVars& vars) {
-  return safeSubstitute(tmpl.empty() ? std::string_view(kDefaultLinePrefixTemplate) : tmpl,
-                        {{"role_name", vars.roleName},
-                         {"rank", std::to_string(vars.rank)},
-                         {"local_rank", std::to_string(vars.localRank)},
-                         {"host", vars.host},
-                         {"node_rank", std::to_string(vars.nodeRank)},
-                         {"restart", std::to_string(vars.restart)}});
-}
 
 // One pipe and everything its bytes feed. Owned by the forwarder's map while open; the pending
 // read's handler holds another reference, so a Stream outlives both drainAndClose() (which
@@ -354,23 +201,22 @@ LogForwarder::Opened LogForwarder::open(StreamOptions options) {
   if (!options.filterFile.empty() && !options.filters.empty()) {
     filterOut = openAppend(options.filterFile, "filter file");
   }
-  int fds[2];
   // Both ends close-on-exec: the write end must reach only its own worker (through dup2 onto
   // fd 1/2), never a sibling spawned meanwhile, or EOF would wait for that sibling too.
-  DTRUN_SYSCALL(::pipe2(fds, O_CLOEXEC));
-  UniqueFd readEnd(fds[0]);
-  UniqueFd writeEnd(fds[1]);
+  Pipe pipe = makePipe("cannot forward a worker's output");
   // Non-blocking read end: drainAndClose() reads until EAGAIN instead of waiting for EOF.
-  int flags = DTRUN_SYSCALL(::fcntl(readEnd.get(), F_GETFL));
-  DTRUN_SYSCALL(::fcntl(readEnd.get(), F_SETFL, flags | O_NONBLOCK));
+  const int flags = ::fcntl(pipe.read.get(), F_GETFL);
+  if (flags < 0 || ::fcntl(pipe.read.get(), F_SETFL, flags | O_NONBLOCK) != 0) {
+    throw Error(std::string("cannot forward a worker's output: fcntl: ") + std::strerror(errno));
+  }
 
-  auto stream = std::make_shared<Stream>(io_, readEnd.release(), std::move(options), lastAny_);
+  auto stream = std::make_shared<Stream>(io_, pipe.read.release(), std::move(options), lastAny_);
   stream->tee = std::move(tee);
   stream->filterOut = std::move(filterOut);
   StreamId id = nextId_++;
   streams_.emplace(id, stream);
   stream->startRead();
-  return Opened{id, std::move(writeEnd)};
+  return Opened{id, std::move(pipe.write)};
 }
 
 std::vector<std::string> LogForwarder::tail(StreamId id) const {
@@ -415,43 +261,6 @@ void LogForwarder::closeAll() {
     }
   }
   streams_.clear();
-}
-
-std::vector<std::string> lastLines(std::string_view text, std::size_t n) {
-  LineTail tail(n);
-  std::size_t rest =
-      forEachSegment(text, [&](std::string_view content, char term) { tail.add(content, term); });
-  if (rest < text.size()) tail.add(text.substr(rest), 0);
-  tail.finish();
-  return tail.lines();
-}
-
-std::vector<std::string> tailFile(const std::string& path, std::size_t n) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return {};
-  UniqueFd guard(fd);
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return {};
-  off_t size = st.st_size;
-  off_t offset = size > static_cast<off_t>(kMaxTailFileBytes)
-                     ? size - static_cast<off_t>(kMaxTailFileBytes)
-                     : 0;
-  std::string data(static_cast<std::size_t>(size - offset), '\0');
-  std::size_t got = 0;
-  while (got < data.size()) {
-    ssize_t r = ::pread(fd, data.data() + got, data.size() - got, offset + static_cast<off_t>(got));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    got += static_cast<std::size_t>(r);
-  }
-  data.resize(got);
-  std::string_view view(data);
-  if (offset > 0) {
-    // Started mid-file: the first line is a fragment.
-    std::size_t nl = view.find('\n');
-    view = nl == std::string_view::npos ? std::string_view() : view.substr(nl + 1);
-  }
-  return lastLines(view, n);
 }
 
 }  // namespace dtrun::agent

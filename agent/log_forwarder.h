@@ -28,58 +28,12 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
+#include "agent/line_tail.h"
+#include "common/fd.h"
+
 namespace dtrun::agent {
-
-/// Owns one file descriptor and closes it when destroyed. Move-only.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  /// Takes ownership of `fd` (-1 = none).
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  ~UniqueFd() { reset(); }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept;
-
-  /// The descriptor (-1 when empty); ownership stays here.
-  int get() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
-  /// Gives up ownership without closing.
-  int release() { return std::exchange(fd_, -1); }
-  /// Closes the held descriptor (if any) and holds `fd` instead.
-  void reset(int fd = -1);
-
- private:
-  int fd_ = -1;
-};
-
-/// torchrun's console prefix when teeing: "[default0]:" (no trailing space).
-inline constexpr const char* kDefaultLinePrefixTemplate = "[${role_name}${local_rank}]:";
-/// Lines kept per stream for the failure report.
-inline constexpr std::size_t kDefaultTailLines = 20;
-/// A tail line longer than this is cut (the report is for people).
-inline constexpr std::size_t kMaxTailLineBytes = 4096;
-
-/// The values a line prefix template may use.
-struct LinePrefixVars {
-  std::string roleName;  ///< ${role_name}
-  int rank = 0;          ///< ${rank}: global rank
-  int localRank = 0;     ///< ${local_rank}
-  std::string host;      ///< ${host}
-  int nodeRank = 0;      ///< ${node_rank}
-  int restart = 0;       ///< ${restart}: TORCHELASTIC_RESTART_COUNT
-};
-
-/// Python's string.Template(tmpl).safe_substitute(vars): "$name" and "${name}" for names in
-/// `vars`, "$$" -> "$"; unknown names and stray "$" stay as written. Pure.
-std::string safeSubstitute(std::string_view tmpl, const std::map<std::string, std::string>& vars);
-
-/// One stream's prefix: `tmpl` ("" = kDefaultLinePrefixTemplate) with the LinePrefixVars. Pure.
-std::string makeLinePrefix(const std::string& tmpl, const LinePrefixVars& vars);
 
 /// Where one worker stream goes.
 struct StreamOptions {
@@ -143,14 +97,5 @@ class LogForwarder {
   std::map<StreamId, std::shared_ptr<Stream>> streams_;
   StreamId nextId_ = 1;
 };
-
-/// The last `n` lines of `text`, as the forwarder's tail keeps them ("\r" progress updates
-/// collapsed to the last one, "\r\n" as one terminator, lines cut at kMaxTailLineBytes). Pure.
-std::vector<std::string> lastLines(std::string_view text, std::size_t n);
-
-/// The last `n` lines of the file at `path` (reads at most its last 256 KiB); empty when it
-/// cannot be read. For a redirected stderr.log, which the worker writes without the agent.
-/// Blocking (local file); any thread.
-std::vector<std::string> tailFile(const std::string& path, std::size_t n = kDefaultTailLines);
 
 }  // namespace dtrun::agent

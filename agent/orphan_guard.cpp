@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/signals.h"
 
 namespace dtrun::agent {
 namespace {
@@ -31,9 +32,10 @@ struct Record {
   ::prctl(PR_SET_NAME, "dtrun-guard");
   // Its own process group: a terminal's Ctrl-C (sent to dtrun's group) does not reach it.
   ::setpgid(0, 0);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) {
-    ::signal(sig, SIG_IGN);
-  }
+  // What is sent to dtrun's processes to stop or warn them is not for the guard, which must
+  // outlive the agent; nor is a closed pipe.
+  for (int sig : kDefaultHandledSignals) ::signal(sig, SIG_IGN);
+  ::signal(SIGPIPE, SIG_IGN);
   // Hold nothing the agent opened: a shell reading dtrun's output must see EOF when dtrun ends.
   int devnull = ::open("/dev/null", O_RDWR);
   for (int fd = 0; fd < 3; ++fd) ::dup2(devnull, fd);

@@ -7,13 +7,6 @@
 #include "common/signals.h"
 
 namespace dtrun::agent {
-namespace {
-
-bool terminating(int signo) {
-  return signo == SIGTERM || signo == SIGINT || signo == SIGHUP || signo == SIGQUIT;
-}
-
-}  // namespace
 
 Policy::Policy(PolicySettings settings, std::shared_ptr<spdlog::logger> log)
     : settings_(std::move(settings)), log_(std::move(log)) {}
@@ -374,14 +367,14 @@ void Policy::on(const event::FailuresRead& e) {
 
 void Policy::on(const event::Signal& e) {
   if (state_ == State::kFinished) return;
-  if (lingering_ && terminating(e.signo)) {
+  if (lingering_ && isTerminatingSignal(e.signo)) {
     // The job is over and this node only serves its record: leave with the job's code.
     log_->warn("agent: received {}; leaving without waiting for the other agents",
                signalName(e.signo));
     finish(lingerCode_);
     return;
   }
-  if (!terminating(e.signo)) {
+  if (!isTerminatingSignal(e.signo)) {
     // SIGUSR1/SIGUSR2 and the like (Slurm's preemption warning): pass them on, keep running.
     log_->warn("agent: forwarding signal {} to the workers", signalName(e.signo));
     emit(action::SignalWorkers{e.signo});

@@ -8,6 +8,8 @@
 #include <boost/asio/write.hpp>
 #include <cstring>
 
+#include "rendezvous/wire_decoder.h"
+
 namespace dtrun::agent {
 
 namespace wire = rendezvous::wire;

@@ -10,7 +10,7 @@
 
 #include "agent/job_link.h"
 #include "agent/launch_config.h"
-#include "agent/log_forwarder.h"
+#include "agent/line_prefix.h"
 #include "rendezvous/dynamic_rendezvous.h"
 
 namespace dtrun::agent {

@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/exit_status.h"
+#include "common/exit_status.h"
 #include "common/spawn.h"
 
 namespace dtrun::agent {

@@ -1,7 +1,8 @@
-// dtrun's error hierarchy (the size of gloo's error.h) and the one check macro for syscalls.
+// dtrun's error hierarchy (the size of gloo's error.h).
 //
 // Synchronous APIs (store client, worker bootstrap, config parsing) throw these. A message names
-// the key, peer or rank and the time waited, so a log line alone says what went wrong.
+// the key, peer or rank and the time waited, so a log line alone says what went wrong; a failed
+// system call reads "<what could not be done, naming the file or peer>: <strerror>".
 #pragma once
 
 #include <cerrno>
@@ -41,19 +42,4 @@ class ConfigError : public Error {
   using Error::Error;
 };
 
-namespace detail {
-[[noreturn]] inline void throwSyscall(const char* call, int err, const char* file, int line) {
-  throw Error(std::string(call) + " failed: " + std::strerror(err) + " (" + file + ":" +
-              std::to_string(line) + ")");
-}
-}  // namespace detail
-
 }  // namespace dtrun
-
-/// Evaluates a POSIX call; a result of -1 throws dtrun::Error with the call text and errno string.
-#define DTRUN_SYSCALL(expr)                                                              \
-  ([&]() {                                                                               \
-    auto dtrunRc_ = (expr);                                                              \
-    if (dtrunRc_ == -1) ::dtrun::detail::throwSyscall(#expr, errno, __FILE__, __LINE__); \
-    return dtrunRc_;                                                                     \
-  }())

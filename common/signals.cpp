@@ -31,6 +31,11 @@ constexpr Entry kSignals[] = {
 
 }  // namespace
 
+bool isTerminatingSignal(int signo) {
+  return std::find(kTerminatingSignals.begin(), kTerminatingSignals.end(), signo) !=
+         kTerminatingSignals.end();
+}
+
 std::string signalName(int signo) {
   for (const auto& e : kSignals) {
     if (e.signo == signo) return std::string("SIG") + e.name;

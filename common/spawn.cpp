@@ -22,7 +22,7 @@ namespace dtrun {
 namespace {
 
 // PATH lookup in the parent (the child may not allocate): the first candidate that exists and is
-// executable; the program name itself when none is, so that exec reports why.
+// executable; "" when none is (spawnProcess then says the program is not found in PATH).
 std::string findProgram(const std::string& name) {
   if (name.find('/') != std::string::npos) return name;
   const char* path = std::getenv("PATH");

@@ -1,7 +1,7 @@
-// The launcher's own short-lived children, started through common/spawn.h's spawnProcess (the one
-// way dtrun starts a program): ssh to the hosts of --hostfile with its three streams on pipes,
-// and commands whose output is wanted (scontrol under Slurm, the workers' interpreter asked
-// which torch it would import).
+// The launcher's own short-lived children whose output is wanted (scontrol under Slurm, the
+// workers' interpreter asked which torch it would import), started through common/spawn.h's
+// spawnProcess (the one way dtrun starts a program). --hostfile's ssh processes are supervised
+// like workers instead (launcher/multi_host.h).
 #pragma once
 
 #include <chrono>
@@ -10,26 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/log_forwarder.h"
-
 namespace dtrun::launcher {
-
-using agent::UniqueFd;
-
-/// A started child: its pid (the caller reaps it) and this side of its three pipes.
-struct ChildPipes {
-  int pid = 0;
-  UniqueFd stdinWrite;
-  UniqueFd stdoutRead;
-  UniqueFd stderrRead;
-};
-
-/// Starts `argv` (argv[0] looked up in PATH) with this process's environment, in a process group
-/// of its own (so that a terminal's Ctrl-C reaches only dtrun, which stops it in order), its
-/// standard input, output and error on new pipes (close-on-exec on this side). Throws
-/// dtrun::SpawnError when the program cannot be executed, dtrun::Error when a pipe or fork
-/// fails. Blocks for the fork and exec; any thread.
-ChildPipes startWithPipes(const std::vector<std::string>& argv);
 
 /// What a command printed (stdout and stderr together) and how it ended.
 struct CommandResult {

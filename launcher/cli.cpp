@@ -14,6 +14,7 @@
 #include <optional>
 #include <random>
 
+#include "launcher/rdzv_args.h"
 #include "launcher/store_command.h"
 
 namespace dtrun::launcher {
@@ -449,13 +450,10 @@ void resolveWorkers(LaunchConfig& cfg, const ParsedOptions& t, const Env& env) {
   if (const auto* g = t.value("role")) cfg.role = g->value;
 
   // dtrun's default adds SIGUSR1/SIGUSR2 to torchrun's: Slurm's preemption warning.
-  std::string signals = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2";
-  std::string signalsSource = "--signals-to-handle";
+  cfg.signalsToHandle.assign(kDefaultHandledSignals.begin(), kDefaultHandledSignals.end());
   if (const auto* g = t.value("signals_to_handle")) {
-    signals = g->value;
-    signalsSource = g->source;
+    cfg.signalsToHandle = parseSignalList(g->source, g->value);
   }
-  cfg.signalsToHandle = parseSignalList(signalsSource, signals);
   if (const auto* g = t.value("shutdown_timeout")) {
     cfg.shutdownTimeout = parseSeconds(g->source, g->value, true);
   } else if (auto v = envValue(env, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT")) {

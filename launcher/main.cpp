@@ -57,7 +57,8 @@ int mainCommand(const std::vector<std::string>& args, Env env, const std::vector
   const OptionParser& parser = mainParser();
   if (auto code = handleUsage(parser, [&] {
         ParsedOptions parsed = parser.parse(args);
-        // Slurm (issue 6): under srun, PET_* defaults for what args and env leave out (slurm.h).
+        // Slurm (docs/slurm.md): under srun, PET_* defaults for what args and env leave out
+        // (slurm.h).
         // A --hostfile job is started from one shell, never as a Slurm step's agent.
         if (!parsed.given("hostfile")) {
           applySlurmDefaults(args, env);

@@ -1,21 +1,21 @@
 #include "launcher/multi_host.h"
 
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <cerrno>
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
 
-#include "launcher/child_process.h"
+#include "agent/log_forwarder.h"
+#include "agent/worker_process.h"
+#include "common/exit_status.h"
+#include "common/fd.h"
+#include "common/signals.h"
 #include "launcher/logging.h"
 
 namespace dtrun::launcher {
@@ -28,82 +28,38 @@ constexpr auto kCheckTimeout = 60s;  // ssh's ConnectTimeout is 20 s; a login ma
 constexpr auto kFailureGrace = 30s;  // after one host fails, for the others to end on their own
 constexpr auto kStopSlack = 30s;     // beyond the agents' shutdown timeout, before ssh is ended
 constexpr auto kKillAfter = 10s;     // an ssh that outlives SIGTERM by this gets SIGKILL
-constexpr std::size_t kMaxLine = 64 * 1024;  // a longer line is cut, not buffered forever
 
-void writeAll(int fd, const std::string& data) {
-  std::size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // a closed terminal or pipe: the job goes on without its output
-    done += static_cast<std::size_t>(n);
+// The last line of `lines` with something on it, without trailing blanks (ssh ends its own
+// messages with "\r\n"); "" when there is none.
+std::string lastWords(const std::vector<std::string>& lines) {
+  for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
+    const auto end = it->find_last_not_of(" \t\r");
+    if (end != std::string::npos) return it->substr(0, end + 1);
   }
+  return "";
 }
 
-// One pipe from ssh, read to its end: every whole line is written to `outFd` as one write of
-// "PREFIX: line\n" (or kept in `capture` when there is no outFd); a last line without a newline
-// is completed at the end.
-class LineRelay {
- public:
-  LineRelay(asio::io_context& io, UniqueFd fd, std::string prefix, int outFd,
-            std::function<void(const std::string&)> onLine, std::function<void()> onEnd)
-      : pipe_(io, fd.release()),
-        prefix_(std::move(prefix)),
-        outFd_(outFd),
-        onLine_(std::move(onLine)),
-        onEnd_(std::move(onEnd)) {
-    read();
-  }
-
- private:
-  void read() {
-    pipe_.async_read_some(asio::buffer(buf_), [this](boost::system::error_code ec, std::size_t n) {
-      pending_.append(buf_.data(), n);
-      for (std::size_t nl; (nl = pending_.find('\n')) != std::string::npos;) {
-        emit(pending_.substr(0, nl));
-        pending_.erase(0, nl + 1);
-      }
-      if (pending_.size() >= kMaxLine) emit(std::exchange(pending_, {}));
-      if (!ec) return read();
-      if (!pending_.empty()) emit(std::exchange(pending_, {}));
-      pipe_.close();
-      onEnd_();
-    });
-  }
-
-  void emit(const std::string& line) {
-    if (outFd_ >= 0) writeAll(outFd_, prefix_ + line + "\n");
-    if (onLine_) onLine_(line);
-  }
-
-  asio::posix::stream_descriptor pipe_;
-  std::string prefix_;
-  int outFd_;
-  std::function<void(const std::string&)> onLine_;
-  std::function<void()> onEnd_;
-  std::array<char, 4096> buf_{};
-  std::string pending_;
-};
-
-// One ssh process and its three pipes.
+// One ssh process, supervised as the agent supervises a worker: agent::WorkerProcess watches its
+// exit and stops its process group, and its two output streams go through the agent's
+// LogForwarder (prefixed with "HOST: ", whole lines, one write each).
 struct Remote {
   std::string host;
-  int pid = 0;
+  std::unique_ptr<agent::WorkerProcess> ssh;
   UniqueFd stdinWrite;
-  std::unique_ptr<LineRelay> out;
-  std::unique_ptr<LineRelay> err;
+  agent::LogForwarder::StreamId out = 0;
+  agent::LogForwarder::StreamId err = 0;
   int openStreams = 0;
-  std::optional<int> status;  // waitpid status once it exited
-  std::string lastErrorLine;  // the last non-empty stderr line, for the check's message
+  std::optional<ExitStatus> status;  // once it exited
+  std::string lastErrorLine;         // the last non-empty stderr line, for the check's message
+  bool running() const { return ssh && ssh->running(); }
   bool finished() const { return status && openStreams == 0; }
 };
 
 class MultiHostJob {
  public:
   MultiHostJob(const MultiHostPlan& plan, std::shared_ptr<spdlog::logger> log)
-      : plan_(plan), log_(std::move(log)), sigchld_(io_, SIGCHLD), signals_(io_), timer_(io_) {
-    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) signals_.add(s);
-    watchChildren();
+      : plan_(plan), log_(std::move(log)), forwarder_(io_), signals_(io_), timer_(io_) {
+    for (int s : kTerminatingSignals) signals_.add(s);
   }
 
   int run() {
@@ -112,48 +68,34 @@ class MultiHostJob {
   }
 
  private:
-  // Starts `argv` for host i with its output relayed (prefixed) or only captured.
+  // Starts `argv` for host i with its output relayed (prefixed) or only kept for the check's
+  // message. Throws dtrun::Error when ssh cannot be started.
   void start(std::size_t i, const std::vector<std::string>& argv, bool relay) {
     Remote& r = remotes_[i];
     r.host = plan_.hosts[i].host;
-    ChildPipes pipes = startWithPipes(argv);
-    r.pid = pipes.pid;
-    r.stdinWrite = std::move(pipes.stdinWrite);
+    agent::StreamOptions out;
+    out.consoleFd = relay ? STDOUT_FILENO : -1;
+    out.prefix = r.host + ": ";
+    out.tailLines = 0;
+    agent::StreamOptions err = out;
+    err.consoleFd = relay ? STDERR_FILENO : -1;
+    err.tailLines = agent::kDefaultTailLines;
+    auto outStream = forwarder_.open(std::move(out));
+    auto errStream = forwarder_.open(std::move(err));
+    r.out = outStream.id;
+    r.err = errStream.id;
     r.openStreams = 2;
-    const std::string prefix = r.host + ": ";
-    auto ended = [this, &r] {
-      --r.openStreams;
-      progress();
-    };
-    r.out = std::make_unique<LineRelay>(io_, std::move(pipes.stdoutRead), prefix,
-                                        relay ? STDOUT_FILENO : -1, nullptr, ended);
-    r.err = std::make_unique<LineRelay>(
-        io_, std::move(pipes.stderrRead), prefix, relay ? STDERR_FILENO : -1,
-        [&r](const std::string& line) {
-          // ssh ends its own messages with "\r\n".
-          auto end = line.find_last_not_of(" \t\r");
-          if (end != std::string::npos) r.lastErrorLine = line.substr(0, end + 1);
-        },
-        ended);
-  }
-
-  void watchChildren() {
-    sigchld_.async_wait([this](boost::system::error_code ec, int) {
-      if (ec) return;
-      for (auto& r : remotes_) {
-        int status = 0;
-        if (r.pid > 0 && !r.status && ::waitpid(r.pid, &status, WNOHANG) == r.pid) {
-          r.status = status;
-          exited(r);
-        }
-      }
-      if (!phaseOver_) watchChildren();  // exited() may just have ended the phase
-    });
-  }
-
-  static int exitCode(int status) {
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
+    Pipe in = makePipe("cannot start " + argv.front());
+    SpawnSpec spec;
+    spec.argv = argv;
+    spec.stdinFd = in.read.get();
+    spec.stdoutFd = outStream.writeEnd.get();
+    spec.stderrFd = errStream.writeEnd.get();
+    r.ssh = std::make_unique<agent::WorkerProcess>(io_, spec,
+                                                   [this, &r](ExitStatus s) { exited(r, s); });
+    if (!r.ssh->execError().empty()) throw Error(r.ssh->execError());
+    r.stdinWrite = std::move(in.write);
+  }  // the child's ends close here, so the streams end with ssh
 
   // Phase 1: every host checked at once; false (after one line per bad host) if any is bad.
   bool check() {
@@ -171,7 +113,7 @@ class MultiHostJob {
     });
     signals_.async_wait([this, &interrupted](boost::system::error_code ec, int signo) {
       if (ec) return;
-      log_->warn("{} received while checking the hosts: nothing was started", sigabbrev(signo));
+      log_->warn("{} received while checking the hosts: nothing was started", signalName(signo));
       interrupted = true;
       endConnections(SIGKILL);
     });
@@ -184,11 +126,11 @@ class MultiHostJob {
 
     bool ok = true;
     for (const auto& r : remotes_) {
-      int code = r.status ? exitCode(*r.status) : -1;
+      int code = r.status ? r.status->shellExitCode() : -1;
       if (code == 0) continue;
       ok = false;
       std::string why = r.lastErrorLine.empty() ? "" : ": " + r.lastErrorLine;
-      if (timedOut && WIFSIGNALED(r.status.value_or(0))) {
+      if (timedOut && r.status && r.status->signal) {
         log_->error("host {} did not answer over ssh within {} s; nothing was started", r.host,
                     kCheckTimeout.count());
       } else if (code == 3) {
@@ -225,7 +167,6 @@ class MultiHostJob {
     };
     phaseOver_ = false;
     running_ = true;
-    watchChildren();
     waitSignal();
     io_.run();
     return jobCode_.value_or(0);
@@ -236,7 +177,6 @@ class MultiHostJob {
     phaseOver_ = true;
     timer_.cancel();
     signals_.cancel();
-    sigchld_.cancel();
   }
 
   void waitSignal() {
@@ -244,23 +184,18 @@ class MultiHostJob {
       if (ec) return;
       if (phaseOver_) return;
       if (++signalsSeen_ == 1) {
-        log_->warn("{} received: stopping the job on every host", sigabbrev(signo));
+        log_->warn("{} received: stopping the job on every host", signalName(signo));
         stopAll(plan_.shutdownTimeout + kStopSlack);
       } else {
-        log_->warn("{} received again: ending the ssh connections now", sigabbrev(signo));
+        log_->warn("{} received again: ending the ssh connections now", signalName(signo));
         endConnections(SIGTERM);
       }
       waitSignal();
     });
   }
 
-  static std::string sigabbrev(int signo) {
-    const char* name = ::sigabbrev_np(signo);
-    return name ? std::string("SIG") + name : "signal " + std::to_string(signo);
-  }
-
   // Closes every ssh's standard input: each agent stops as on SIGTERM. If they are not all gone
-  // after `patience`, the connections are ended.
+  // after `patience`, the connections are ended: SIGTERM, and SIGKILL kKillAfter later.
   void stopAll(std::chrono::milliseconds patience) {
     stopping_ = true;
     for (auto& r : remotes_) r.stdinWrite.reset();
@@ -270,25 +205,35 @@ class MultiHostJob {
       log_->warn(
           "agents still running {} s after the stop: ending the ssh connections",
           std::chrono::ceil<std::chrono::seconds>(plan_.shutdownTimeout + kStopSlack).count());
-      endConnections(SIGTERM);
-      timer_.expires_after(kKillAfter);
-      timer_.async_wait([this](boost::system::error_code ec) {
-        if (!ec) endConnections(SIGKILL);
-      });
+      for (auto& r : remotes_) {
+        if (r.running()) r.ssh->stop(SIGTERM, kKillAfter, nullptr);
+      }
     });
   }
 
   // Signals every ssh still running (its whole process group).
   void endConnections(int signo) {
     for (auto& r : remotes_) {
-      if (!r.status && r.pid > 0) ::kill(-r.pid, signo);
+      if (r.running()) r.ssh->signalGroup(signo);
     }
   }
 
-  void exited(Remote& r) {
-    int code = exitCode(*r.status);
+  // ssh ended: what its streams hold is read (never waiting for EOF, which a process ssh left
+  // behind could hold off), and the job's exit code is decided.
+  void exited(Remote& r, ExitStatus status) {
+    r.status = status;
+    auto ended = [this, &r] {
+      --r.openStreams;
+      progress();
+    };
+    forwarder_.drainAndClose(r.out, [ended](std::vector<std::string>) { ended(); });
+    forwarder_.drainAndClose(r.err, [&r, ended](std::vector<std::string> tail) {
+      r.lastErrorLine = lastWords(tail);
+      ended();
+    });
+    const int code = status.shellExitCode();
     if (running_ && code != 0 && !jobCode_) {
-      jobCode_ = (code == 255 || WIFSIGNALED(*r.status)) ? 1 : code;
+      jobCode_ = (code == 255 || status.signal) ? 1 : code;
       if (code == 255) log_->error("host {}: ssh failed (exit code 255)", r.host);
       if (!stopping_ && !allExited()) {
         log_->warn(
@@ -324,7 +269,7 @@ class MultiHostJob {
   const MultiHostPlan& plan_;
   std::shared_ptr<spdlog::logger> log_;
   asio::io_context io_{1};
-  asio::signal_set sigchld_;
+  agent::LogForwarder forwarder_;
   asio::signal_set signals_;
   asio::steady_timer timer_;
   std::vector<Remote> remotes_;

@@ -1,13 +1,13 @@
 #include "rendezvous/dynamic_rendezvous.h"
 
 #include <algorithm>
-#include <charconv>
 #include <ctime>
 #include <nlohmann/json.hpp>
-#include <random>
 
+#include "common/decimal.h"
 #include "common/error.h"
 #include "common/log_text.h"
+#include "common/node_id.h"
 #include "rendezvous/job_record.h"
 #include "rendezvous/store_core.h"
 
@@ -56,14 +56,6 @@ std::string joinNames(const std::vector<std::string>& names, std::size_t total) 
   return out;
 }
 
-std::string makeNonce() {
-  std::random_device rd;
-  std::uniform_int_distribution<unsigned> d;
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%08x", d(rd));
-  return buf;
-}
-
 // The rendezvous' own keys are checked when read: anyone who reaches the store can write them
 // (unless it asks for a token), and a malformed value must be a clear error naming the key and
 // who wrote it, never a crash (docs/store.md).
@@ -77,12 +69,9 @@ std::string makeNonce() {
 }
 
 std::int64_t number(Store& store, const std::string& key, const Bytes& value) {
-  std::int64_t out = 0;
-  const char* end = value.data() + value.size();
-  auto [ptr, ec] = std::from_chars(value.data(), end, out);
-  if (value.empty() || ec != std::errc() || ptr != end)
-    malformed(store, key, value, "not a number");
-  return out;
+  const auto out = parseDecimal(value);
+  if (!out) malformed(store, key, value, "not a number");
+  return *out;
 }
 
 NodeInfo nodeInfo(Store& store, const std::string& key, const Bytes& value) {
@@ -187,7 +176,7 @@ DynamicRendezvous::Outcome DynamicRendezvous::joinRound(std::int64_t round,
   const int groupRank = settings_.fixedRank.value_or(index);
   if (settings_.fixedRank) {
     // Static: two agents given the same --node-rank would both believe they are rank k.
-    const std::string id = me_.host + ":" + std::to_string(me_.pid);
+    const std::string id = nodeId(me_.host, me_.pid);
     Bytes owner = store_->compareSet(roundKey(round, "rank/" + std::to_string(groupRank)), "", id);
     if (owner != id) {
       throw ConfigError("static rendezvous: --node-rank " + std::to_string(groupRank) +
@@ -417,8 +406,8 @@ bool DynamicRendezvous::advance(std::int64_t round, AdvanceReason reason, int ma
   // dies half-way (its connection closing makes the others ask) leaves nothing stuck, and no
   // step happens twice in effect.
   const std::string mine =
-      std::string(reason == AdvanceReason::kFailure ? "failure " : "membership ") + me_.host + ":" +
-      std::to_string(me_.pid) + ":" + nonce_;
+      std::string(reason == AdvanceReason::kFailure ? "failure " : "membership ") +
+      nodeId(me_.host, me_.pid, nonce_);
   // A round in which some node's workers all succeeded never restarts: that would run a
   // finished script again. A failure then ends the job; a membership change changes nothing.
   if (const std::int64_t done = counter(roundKey(round, "done")); done > 0) {

@@ -1,7 +1,8 @@
 // The Store interface every rendezvous and worker component talks to.
 //
 // Implementations: TcpStore (client of a StoreServer or of torch's TCPStore), InMemoryStore (one
-// process, for tests and the rendezvous unit tests) and PrefixStore (a decorator). Semantics follow
+// process, for tests and the rendezvous unit tests), EtcdStore (rendezvous/etcd/etcd_store.h:
+// the keys in etcd, for the etcd backend) and PrefixStore (a decorator). Semantics follow
 // PyTorch's c10d Store: ADD keeps decimal text, COMPARE_SET on a missing key with a non-empty
 // `expected` stores nothing and returns `expected`, and "absent" is never the same as "empty".
 #pragma once

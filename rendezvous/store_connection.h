@@ -17,7 +17,7 @@
 #include <utility>
 
 #include "rendezvous/store_core.h"
-#include "rendezvous/wire.h"
+#include "rendezvous/wire_decoder.h"
 
 namespace dtrun::rendezvous {
 

@@ -5,29 +5,11 @@
 #include <type_traits>
 #include <unordered_set>
 
+#include "common/decimal.h"
 #include "common/error.h"
 #include "common/log_text.h"
 
 namespace dtrun::rendezvous {
-
-std::optional<std::int64_t> parseDecimal(const Bytes& text) {
-  std::size_t i = 0;
-  while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
-  bool negative = false;
-  if (i < text.size() && (text[i] == '+' || text[i] == '-')) negative = text[i++] == '-';
-  std::int64_t value = 0;
-  std::size_t digits = 0;
-  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i, ++digits) {
-    // Accumulate negatively so that INT64_MIN parses, as std::stoll does.
-    if (__builtin_mul_overflow(value, 10, &value) ||
-        __builtin_sub_overflow(value, text[i] - '0', &value)) {
-      return std::nullopt;
-    }
-  }
-  if (digits == 0) return std::nullopt;
-  if (!negative && __builtin_mul_overflow(value, -1, &value)) return std::nullopt;
-  return value;
-}
 
 void StoreCore::admit(std::size_t more, const std::string& what) const {
   const std::size_t held = bytes_ + external_;
@@ -82,7 +64,7 @@ std::int64_t StoreCore::add(const std::string& key, std::int64_t delta) {
   std::int64_t current = 0;
   auto it = map_.find(key);
   if (it != map_.end()) {
-    auto parsed = parseDecimal(it->second);
+    auto parsed = parseLeadingDecimal(it->second);
     if (!parsed) {
       throw StoreRefused("ADD on key " + escapeForLog(key) + " whose value is not an integer");
     }
@@ -321,7 +303,7 @@ bool StoreCore::progress(ClientId, Parked& parked, const std::string& key) {
       return --parked.remaining == 0;
     case ParkKind::kBarrier: {
       const Bytes* v = find(key);
-      auto count = v ? parseDecimal(*v) : std::nullopt;
+      auto count = v ? parseLeadingDecimal(*v) : std::nullopt;
       return count && *count >= parked.worldSize;
     }
     case ParkKind::kChange: {

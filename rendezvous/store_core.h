@@ -158,7 +158,4 @@ class StoreCore {
   std::size_t external_ = 0;
 };
 
-/// Parses decimal text as std::stoll does (leading spaces, sign, digits, trailing bytes ignored).
-std::optional<std::int64_t> parseDecimal(const Bytes& text);
-
 }  // namespace dtrun::rendezvous

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check for worker_runtime (issue #5), in two halves:
+# The GPU check for worker_runtime, in two halves:
 #
 #   scripts/gpu-check.sh build   here: a static Release build in build-gpu/ (-DDTRUN_STATIC=ON:
 #                                libstdc++, Boost and the CUDA runtime linked in, header-only

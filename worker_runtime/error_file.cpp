@@ -5,20 +5,18 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <typeinfo>
 
+#include "common/error.h"
 #include "common/file_util.h"
+#include "common/torch_error_file.h"
 
 namespace dtrun::worker {
 namespace {
-
-using nlohmann::json;
 
 std::int64_t nowSeconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(
@@ -31,21 +29,6 @@ std::string demangle(const char* name) {
   std::unique_ptr<char, void (*)(void*)> out(abi::__cxa_demangle(name, nullptr, nullptr, &status),
                                              std::free);
   return status == 0 && out ? std::string(out.get()) : std::string(name);
-}
-
-// torch writes the timestamp as a string in the record format and as a number in the
-// alternative one, and reads it with int(); accept every spelling in both places.
-std::int64_t timestampOf(const json& v) {
-  if (v.is_number_integer()) return v.get<std::int64_t>();
-  if (v.is_number_float()) return static_cast<std::int64_t>(v.get<double>());  // torch: int(x)
-  if (v.is_string()) {
-    const auto& s = v.get_ref<const std::string&>();
-    char* end = nullptr;
-    errno = 0;
-    long long t = std::strtoll(s.c_str(), &end, 10);
-    if (!s.empty() && end && *end == '\0' && errno == 0) return t;
-  }
-  throw ConfigError("error file: timestamp " + v.dump() + " is not an integer");
 }
 
 }  // namespace
@@ -80,44 +63,29 @@ ErrorRecord makeErrorRecord(const std::exception& e) {
 }
 
 std::string formatErrorRecord(const ErrorRecord& record) {
-  // ordered_json keeps torch's member order (message, extraInfo; py_callstack, timestamp).
-  nlohmann::ordered_json inner = {
-      {"message", record.message},
-      {"extraInfo",
-       {{"py_callstack", record.callstack}, {"timestamp", std::to_string(record.timestamp)}}}};
-  if (record.errorCode) inner["errorCode"] = *record.errorCode;
-  // torch writes json.dumps(...) without a trailing newline; invalid UTF-8 is replaced rather
-  // than allowed to make the whole report unreadable.
-  return nlohmann::ordered_json{{"message", inner}}.dump(
-      -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  // torch's bytes: json.dumps of its member order (message, extraInfo; py_callstack,
+  // timestamp), without a trailing newline; invalid UTF-8 is replaced rather than allowed to
+  // make the whole report unreadable.
+  return dumpPythonStyle(
+      makeTorchErrorRecord(record.message, record.callstack, record.timestamp, record.errorCode));
 }
 
 ErrorRecord parseErrorRecord(std::string_view text) {
-  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object() || !doc.contains("message")) {
-    throw ConfigError("error file: not a JSON object with a \"message\" member");
+  TorchErrorFile file;
+  try {
+    file = decodeTorchErrorFile(text);
+  } catch (const ConfigError& e) {
+    throw ConfigError(std::string("error file: ") + e.what());
   }
-  ErrorRecord r;
-  const json& message = doc["message"];
-  if (message.is_string()) {  // {"message": "<str>", "timestamp": <int>}
-    r.message = message.get<std::string>();
-    if (doc.contains("timestamp")) r.timestamp = timestampOf(doc["timestamp"]);
-    return r;
-  }
-  if (!message.is_object() || !message.contains("message") || !message["message"].is_string()) {
+  // A record needs its message: torch's format with message.message, or the string format.
+  if (!file.message) {
     throw ConfigError("error file: \"message\" is neither a string nor {\"message\": <str>, ...}");
   }
-  r.message = message["message"].get<std::string>();
-  if (message.contains("extraInfo") && message["extraInfo"].is_object()) {
-    const json& extra = message["extraInfo"];
-    if (extra.contains("py_callstack") && extra["py_callstack"].is_string()) {
-      r.callstack = extra["py_callstack"].get<std::string>();
-    }
-    if (extra.contains("timestamp")) r.timestamp = timestampOf(extra["timestamp"]);
-  }
-  if (message.contains("errorCode") && message["errorCode"].is_number_integer()) {
-    r.errorCode = message["errorCode"].get<int>();
-  }
+  ErrorRecord r;
+  r.message = std::move(*file.message);
+  r.callstack = file.callstack.value_or("");
+  r.timestamp = file.timestamp.value_or(0);
+  r.errorCode = file.errorCode;
   return r;
 }
 

@@ -3,6 +3,7 @@
 #include <map>
 #include <mutex>
 
+#include "common/deadline.h"
 #include "rendezvous/prefix_store.h"
 #include "rendezvous/tcp_store.h"
 #include "worker_runtime/abort_state.h"
@@ -13,18 +14,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-long long msSince(Clock::time_point start) {
-  return std::chrono::duration_cast<milliseconds>(Clock::now() - start).count();
-}
-
-Clock::time_point deadlineAfter(milliseconds timeout) {
-  auto now = Clock::now();
-  if (timeout >= std::chrono::duration_cast<milliseconds>(Clock::time_point::max() - now)) {
-    return Clock::time_point::max();
-  }
-  return now + timeout;
-}
 
 std::string describe(const WorkerEnv& env) {
   return "dtrun_worker rank " + std::to_string(env.rank) + "/" + std::to_string(env.worldSize) +

@@ -1,7 +1,6 @@
 #include "rendezvous/etcd/etcd_client.h"
 
 #include <algorithm>
-#include <cstring>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -12,7 +11,6 @@ using std::chrono::milliseconds;
 
 namespace {
 
-constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 // Between two passes over every member, while none answers.
 constexpr milliseconds kRetryPause(200);
 
@@ -36,114 +34,6 @@ std::optional<std::string> memberFailure(Attempt&& attempt) {
   }
 }
 
-std::string base64(const std::string& in) {
-  std::string out;
-  out.reserve((in.size() + 2) / 3 * 4);
-  std::size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    const unsigned v = (static_cast<unsigned char>(in[i]) << 16) |
-                       (static_cast<unsigned char>(in[i + 1]) << 8) |
-                       static_cast<unsigned char>(in[i + 2]);
-    for (int s : {18, 12, 6, 0}) out += kAlphabet[(v >> s) & 63];
-  }
-  if (i < in.size()) {
-    unsigned v = static_cast<unsigned char>(in[i]) << 16;
-    if (i + 1 < in.size()) v |= static_cast<unsigned char>(in[i + 1]) << 8;
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += i + 1 < in.size() ? kAlphabet[(v >> 6) & 63] : '=';
-    out += '=';
-  }
-  return out;
-}
-
-std::string unbase64(const std::string& in) {
-  std::string out;
-  unsigned v = 0;
-  int bits = 0;
-  for (char c : in) {
-    const char* p = std::strchr(kAlphabet, c);
-    if (c == '=' || c == '\0' || !p) continue;
-    v = (v << 6) | static_cast<unsigned>(p - kAlphabet);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out += static_cast<char>((v >> bits) & 0xff);
-    }
-  }
-  return out;
-}
-
-// The gateway writes 64-bit numbers as strings and leaves out zeros and false.
-std::int64_t number(const json& j, const char* name) {
-  auto it = j.find(name);
-  if (it == j.end() || it->is_null()) return 0;
-  if (it->is_string()) return std::stoll(it->get<std::string>());
-  return it->get<std::int64_t>();
-}
-
-KeyValue keyValue(const json& j) {
-  KeyValue kv;
-  kv.key = unbase64(j.value("key", ""));
-  kv.value = unbase64(j.value("value", ""));
-  kv.createRevision = number(j, "create_revision");
-  kv.modRevision = number(j, "mod_revision");
-  kv.version = number(j, "version");
-  kv.lease = number(j, "lease");
-  return kv;
-}
-
-RangeResponse rangeResponse(const json& j) {
-  RangeResponse r;
-  if (auto h = j.find("header"); h != j.end()) r.revision = number(*h, "revision");
-  r.count = number(j, "count");
-  if (auto kvs = j.find("kvs"); kvs != j.end()) {
-    for (const auto& kv : *kvs) r.kvs.push_back(keyValue(kv));
-  }
-  return r;
-}
-
-json opJson(const Op& op) {
-  json body{{"key", base64(op.key)}};
-  switch (op.kind) {
-    case Op::Kind::kRange:
-      if (!op.rangeEnd.empty()) body["range_end"] = base64(op.rangeEnd);
-      if (op.countOnly) body["count_only"] = true;
-      return {{"request_range", body}};
-    case Op::Kind::kPut:
-      body["value"] = base64(op.value);
-      if (op.lease) body["lease"] = std::to_string(op.lease);
-      return {{"request_put", body}};
-    case Op::Kind::kDelete:
-      if (!op.rangeEnd.empty()) body["range_end"] = base64(op.rangeEnd);
-      return {{"request_delete_range", body}};
-  }
-  return body;
-}
-
-json compareJson(const Compare& c) {
-  static const char* targets[] = {"CREATE", "MOD", "VALUE", "VERSION"};
-  static const char* results[] = {"EQUAL", "NOT_EQUAL", "GREATER", "LESS"};
-  json j{{"key", base64(c.key)},
-         {"target", targets[static_cast<int>(c.target)]},
-         {"result", results[static_cast<int>(c.result)]}};
-  switch (c.target) {
-    case Compare::Target::kCreate:
-      j["create_revision"] = std::to_string(c.number);
-      break;
-    case Compare::Target::kMod:
-      j["mod_revision"] = std::to_string(c.number);
-      break;
-    case Compare::Target::kVersion:
-      j["version"] = std::to_string(c.number);
-      break;
-    case Compare::Target::kValue:
-      j["value"] = base64(c.value);
-      break;
-  }
-  return j;
-}
-
 std::string joinWhys(const std::vector<std::string>& whys) {
   std::string out;
   for (const auto& w : whys) {
@@ -154,121 +44,6 @@ std::string joinWhys(const std::vector<std::string>& whys) {
 }
 
 }  // namespace
-
-std::vector<Endpoint> parseEndpoints(const std::string& option, const std::string& text,
-                                     const std::string& protocol) {
-  std::vector<Endpoint> out;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    auto comma = text.find(',', start);
-    if (comma == std::string::npos) comma = text.size();
-    std::string item = text.substr(start, comma - start);
-    start = comma + 1;
-    const auto bad = [&](const std::string& why) {
-      return ConfigError(option + ": invalid etcd endpoint '" + item + "': " + why);
-    };
-    if (item.empty()) throw bad("empty (expected host:port, comma-separated)");
-    std::string rest = item;
-    if (auto scheme = rest.find("://"); scheme != std::string::npos) {
-      const std::string s = rest.substr(0, scheme);
-      if (s != "http" && s != "https") throw bad("expected http:// or https://");
-      if (s != protocol) {
-        throw bad("the scheme says " + s + " but protocol is " + protocol +
-                  " (set --rdzv-conf protocol=" + s + ")");
-      }
-      rest = rest.substr(scheme + 3);
-    }
-    if (!rest.empty() && rest.back() == '/') rest.pop_back();
-    Endpoint ep;
-    std::string port;
-    if (!rest.empty() && rest[0] == '[') {
-      auto close = rest.find(']');
-      if (close == std::string::npos) throw bad("unclosed '['");
-      ep.host = rest.substr(1, close - 1);
-      if (close + 1 < rest.size()) {
-        if (rest[close + 1] != ':') throw bad("expected ':' after ']'");
-        port = rest.substr(close + 2);
-      }
-    } else if (auto colon = rest.rfind(':'); colon != std::string::npos) {
-      ep.host = rest.substr(0, colon);
-      port = rest.substr(colon + 1);
-    } else {
-      ep.host = rest;
-    }
-    if (ep.host.empty()) throw bad("no host");
-    if (!port.empty()) {
-      if (port.size() > 5 || !std::all_of(port.begin(), port.end(), ::isdigit) ||
-          std::stoi(port) < 1 || std::stoi(port) > 65535) {
-        throw bad("port '" + port + "' is not a number from 1 to 65535");
-      }
-      ep.port = static_cast<std::uint16_t>(std::stoi(port));
-    }
-    out.push_back(ep);
-    if (comma == text.size()) break;
-  }
-  return out;
-}
-
-std::string prefixEnd(const std::string& prefix) {
-  std::string end = prefix;
-  while (!end.empty()) {
-    auto& c = reinterpret_cast<unsigned char&>(end.back());
-    if (c < 0xff) {
-      ++c;
-      return end;
-    }
-    end.pop_back();
-  }
-  return std::string(1, '\0');  // every key
-}
-
-Compare Compare::missing(std::string key) { return modRevision(std::move(key), 0); }
-
-Compare Compare::modRevision(std::string key, std::int64_t revision) {
-  Compare c;
-  c.key = std::move(key);
-  c.target = revision == 0 ? Target::kCreate : Target::kMod;
-  c.number = revision;
-  return c;
-}
-
-Compare Compare::valueIs(std::string key, std::string value) {
-  Compare c;
-  c.key = std::move(key);
-  c.target = Target::kValue;
-  c.value = std::move(value);
-  return c;
-}
-
-Op Op::get(std::string key) {
-  Op op;
-  op.key = std::move(key);
-  return op;
-}
-
-Op Op::scan(std::string key, std::string rangeEnd) {
-  Op op;
-  op.key = std::move(key);
-  op.rangeEnd = std::move(rangeEnd);
-  return op;
-}
-
-Op Op::put(std::string key, std::string value, std::int64_t lease) {
-  Op op;
-  op.kind = Kind::kPut;
-  op.key = std::move(key);
-  op.value = std::move(value);
-  op.lease = lease;
-  return op;
-}
-
-Op Op::remove(std::string key, std::string rangeEnd) {
-  Op op;
-  op.kind = Kind::kDelete;
-  op.key = std::move(key);
-  op.rangeEnd = std::move(rangeEnd);
-  return op;
-}
 
 EtcdClient::EtcdClient(ClientOptions options) : options_(std::move(options)) {
   if (options_.endpoints.empty()) throw ConfigError("etcd: no endpoint given");
@@ -407,13 +182,13 @@ RangeResponse EtcdClient::range(const std::string& key, const std::string& range
 std::int64_t EtcdClient::put(const std::string& key, const std::string& value, std::int64_t lease) {
   json body{{"key", base64(key)}, {"value", base64(value)}};
   if (lease) body["lease"] = std::to_string(lease);
-  return number(call("/v3/kv/put", body)["header"], "revision");
+  return gatewayNumber(call("/v3/kv/put", body)["header"], "revision");
 }
 
 std::int64_t EtcdClient::remove(const std::string& key, const std::string& rangeEnd) {
   json body{{"key", base64(key)}};
   if (!rangeEnd.empty()) body["range_end"] = base64(rangeEnd);
-  return number(call("/v3/kv/deleterange", body), "deleted");
+  return gatewayNumber(call("/v3/kv/deleterange", body), "deleted");
 }
 
 TxnResponse EtcdClient::txn(const std::vector<Compare>& compare, const std::vector<Op>& success,
@@ -425,7 +200,7 @@ TxnResponse EtcdClient::txn(const std::vector<Compare>& compare, const std::vect
   json j = call("/v3/kv/txn", body);
   TxnResponse r;
   r.succeeded = j.value("succeeded", false);
-  r.revision = number(j["header"], "revision");
+  r.revision = gatewayNumber(j["header"], "revision");
   if (auto rs = j.find("responses"); rs != j.end()) {
     for (const auto& one : *rs) {
       if (auto range = one.find("response_range"); range != one.end()) {
@@ -441,14 +216,14 @@ std::int64_t EtcdClient::leaseGrant(std::chrono::seconds ttl) {
   if (j.contains("error") && !j["error"].get<std::string>().empty()) {
     throw EtcdError(0, describe() + ": lease grant failed: " + j["error"].get<std::string>());
   }
-  return number(j, "ID");
+  return gatewayNumber(j, "ID");
 }
 
 std::int64_t EtcdClient::leaseKeepAlive(std::int64_t id) {
   // A bidirectional stream in gRPC; through the gateway one request gives one answer.
   json j = call("/v3/lease/keepalive", {{"ID", std::to_string(id)}});
   const json& result = j.contains("result") ? j["result"] : j;
-  return number(result, "TTL");
+  return gatewayNumber(result, "TTL");
 }
 
 void EtcdClient::leaseRevoke(std::int64_t id) {
@@ -521,7 +296,7 @@ void Watch::open(Clock::time_point deadline) {
         if (!line) throw TimeoutError("etcd " + conn.endpoint().text() + ": watch not confirmed");
         json j = json::parse(*line, nullptr, false);
         const json result = j.is_object() && j.contains("result") ? j["result"] : json::object();
-        if (number(result, "compact_revision") > 0) {
+        if (gatewayNumber(result, "compact_revision") > 0) {
           throw CompactedError(client_.describe() + ": revision " + std::to_string(nextRevision_) +
                                " was compacted");
         }
@@ -586,7 +361,7 @@ std::optional<std::vector<WatchEvent>> Watch::next(Clock::time_point deadline) {
       continue;
     }
     const json& result = j["result"];
-    if (number(result, "compact_revision") > 0) {
+    if (gatewayNumber(result, "compact_revision") > 0) {
       throw CompactedError(client_.describe() + ": revision " + std::to_string(nextRevision_) +
                            " was compacted");
     }

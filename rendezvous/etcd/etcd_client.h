@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "rendezvous/etcd/etcd_wire.h"
 #include "rendezvous/etcd/http_connection.h"
 
 namespace dtrun::rendezvous::etcd {
@@ -62,68 +63,6 @@ struct ClientOptions {
   /// How long a call keeps trying the members before it gives up.
   std::chrono::milliseconds retryFor = std::chrono::seconds(10);
 };
-
-/// "a:2379,http://b:2379,https://c" -> endpoints; a scheme must agree with `protocol` ("http" or
-/// "https"). Throws ConfigError naming `option` and the bad element.
-std::vector<Endpoint> parseEndpoints(const std::string& option, const std::string& text,
-                                     const std::string& protocol);
-
-struct KeyValue {
-  std::string key, value;
-  std::int64_t createRevision = 0, modRevision = 0, version = 0, lease = 0;
-};
-
-struct RangeResponse {
-  std::int64_t revision = 0;  ///< the store's revision when it was read
-  std::int64_t count = 0;
-  std::vector<KeyValue> kvs;
-};
-
-/// One comparison of a transaction.
-struct Compare {
-  enum class Target { kCreate, kMod, kValue, kVersion };
-  enum class Result { kEqual, kNotEqual, kGreater, kLess };
-  std::string key;
-  Target target = Target::kCreate;
-  Result result = Result::kEqual;
-  std::int64_t number = 0;
-  std::string value;
-
-  /// The key does not exist.
-  static Compare missing(std::string key);
-  /// The key was last changed at `revision` (0: does not exist).
-  static Compare modRevision(std::string key, std::int64_t revision);
-  static Compare valueIs(std::string key, std::string value);
-};
-
-/// One operation of a transaction.
-struct Op {
-  enum class Kind { kRange, kPut, kDelete };
-  Kind kind = Kind::kRange;
-  std::string key, value, rangeEnd;
-  std::int64_t lease = 0;
-  bool countOnly = false;
-
-  static Op get(std::string key);
-  static Op scan(std::string key, std::string rangeEnd);
-  static Op put(std::string key, std::string value, std::int64_t lease = 0);
-  static Op remove(std::string key, std::string rangeEnd = "");
-};
-
-struct TxnResponse {
-  bool succeeded = false;
-  std::int64_t revision = 0;
-  std::vector<RangeResponse> ranges;  ///< the answers of the range operations, in order
-};
-
-struct WatchEvent {
-  enum class Type { kPut, kDelete };
-  Type type = Type::kPut;
-  KeyValue kv;
-};
-
-/// The smallest key after every key that starts with `prefix` (etcd's range_end for a prefix).
-std::string prefixEnd(const std::string& prefix);
 
 class EtcdClient;
 

@@ -1,21 +1,16 @@
 #include "rendezvous/etcd/etcd_store.h"
 
-#include <cstdio>
 #include <optional>
-#include <random>
+
+#include "common/deadline.h"
+#include "common/decimal.h"
+#include "common/node_id.h"
 
 namespace dtrun::rendezvous::etcd {
 
 using std::chrono::milliseconds;
 
 namespace {
-
-Clock::time_point deadlineAfter(milliseconds timeout) {
-  if (timeout == Store::kNoTimeout || timeout > std::chrono::hours(24 * 365)) {
-    return Clock::time_point::max();
-  }
-  return Clock::now() + timeout;
-}
 
 std::optional<KeyValue> first(const TxnResponse& r) {
   if (r.ranges.empty() || r.ranges.front().kvs.empty()) return std::nullopt;
@@ -24,12 +19,8 @@ std::optional<KeyValue> first(const TxnResponse& r) {
 
 }  // namespace
 
-EtcdStore::EtcdStore(std::shared_ptr<EtcdClient> client) : client_(std::move(client)) {
-  std::random_device rd;
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "%08x%08x", rd(), rd());
-  writer_ = buf;
-}
+EtcdStore::EtcdStore(std::shared_ptr<EtcdClient> client)
+    : client_(std::move(client)), writer_(randomHex(16)) {}
 
 void EtcdStore::set(const std::string& key, const Bytes& value) { client_->put(key, value); }
 
@@ -53,34 +44,36 @@ Bytes EtcdStore::get(const std::string& key, milliseconds timeout) {
       key, timeout, [](const Bytes&) { return true; }, "get");
 }
 
-std::int64_t EtcdStore::sum(const std::string& key, const RangeResponse& r) {
+std::int64_t EtcdStore::counterValue(const std::string& key, const RangeResponse& r) {
   std::int64_t total = 0;
   for (const auto& kv : r.kvs) {
-    try {
-      total += kv.value.empty() ? 0 : static_cast<std::int64_t>(std::stoll(kv.value));
-    } catch (const std::exception&) {
+    // Read as TCPStore's ADD reads a value (std::stoll), as every Store does.
+    const auto n =
+        kv.value.empty() ? std::optional<std::int64_t>(0) : parseLeadingDecimal(kv.value);
+    if (!n) {
       throw ProtocolError("etcd key '" + key + "' holds '" + kv.value.substr(0, 40) +
                           "', not a counter");
     }
+    total += *n;
   }
   return total;
 }
 
 std::int64_t EtcdStore::add(const std::string& key, std::int64_t delta) {
-  const std::string end = key + '\x02';  // K itself and every K\x01...
+  const std::string end = counterEnd(key);  // K itself and every K\x01...
   if (delta == 0) {
     // A read that creates the counter, as ADD 0 does on dtrun's store (a later COMPARE_SET of
     // "round" needs the key to exist). Read first: a transaction with a put goes through raft
     // (an fsync on every member) even when its compare fails, a plain read does not.
     const RangeResponse now = client_->range(key, end);
-    if (!now.kvs.empty() && now.kvs.front().key == key) return sum(key, now);
+    if (!now.kvs.empty() && now.kvs.front().key == key) return counterValue(key, now);
     const TxnResponse r = client_->txn(
         {Compare::missing(key)}, {Op::put(key, "0"), Op::scan(key, end)}, {Op::scan(key, end)});
-    return r.ranges.empty() ? 0 : sum(key, r.ranges.back());
+    return r.ranges.empty() ? 0 : counterValue(key, r.ranges.back());
   }
   const std::string inc = key + '\x01' + writer_ + "-" + std::to_string(++added_);
   const std::int64_t revision = client_->put(inc, std::to_string(delta));
-  return sum(key, client_->range(key, end, false, revision));
+  return counterValue(key, client_->range(key, end, false, revision));
 }
 
 Bytes EtcdStore::compareSet(const std::string& key, const Bytes& expected, const Bytes& desired) {
@@ -164,7 +157,7 @@ std::vector<Bytes> EtcdStore::multiGet(const std::vector<std::string>& keys, mil
 bool EtcdStore::deleteKey(const std::string& key) {
   // A counter's increments go with it.
   const bool existed = client_->remove(key) > 0;
-  client_->remove(key + '\x01', key + '\x02');
+  client_->remove(key + '\x01', counterEnd(key));
   return existed;
 }
 

@@ -43,6 +43,13 @@ class EtcdStore : public Store {
 
   EtcdClient& client() { return *client_; }
 
+  /// The end of a counter's range: [key, counterEnd(key)) holds K and its increments.
+  static std::string counterEnd(const std::string& key) { return key + '\x02'; }
+  /// A counter's value from a range over [key, counterEnd(key)): K's value plus its increments,
+  /// each read as ADD reads a value (std::stoll's way). Throws ProtocolError naming `key` when
+  /// one is not a number. Pure.
+  static std::int64_t counterValue(const std::string& key, const RangeResponse& r);
+
  private:
   /// Waits until `key` exists with a value `accept` takes, at most `timeout`.
   Bytes waitFor(const std::string& key, std::chrono::milliseconds timeout,
@@ -50,9 +57,6 @@ class EtcdStore : public Store {
   /// Read-modify-write of one key: `change(old value or nullopt)` gives the new value.
   Bytes update(const std::string& key,
                const std::function<Bytes(const std::optional<Bytes>&)>& change);
-
-  /// K's value plus its increments, from a range over [K, K\x02).
-  std::int64_t sum(const std::string& key, const RangeResponse& r);
 
   std::shared_ptr<EtcdClient> client_;
   std::string writer_;       // this store's part of its increments' keys

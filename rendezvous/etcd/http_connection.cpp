@@ -12,8 +12,10 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <utility>
 
 #include "common/error.h"
+#include "common/host_port.h"
 
 namespace dtrun::rendezvous::etcd {
 
@@ -22,9 +24,50 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
-std::string Endpoint::text() const {
-  const bool v6 = host.find(':') != std::string::npos;
-  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+std::string Endpoint::text() const { return hostPortText(host, port); }
+
+std::vector<Endpoint> parseEndpoints(const std::string& option, const std::string& text,
+                                     const std::string& protocol) {
+  std::vector<Endpoint> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    auto comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    std::string item = text.substr(start, comma - start);
+    start = comma + 1;
+    const auto bad = [&](const std::string& why) {
+      return ConfigError(option + ": invalid etcd endpoint '" + item + "': " + why);
+    };
+    if (item.empty()) throw bad("empty (expected host:port, comma-separated)");
+    std::string rest = item;
+    if (auto scheme = rest.find("://"); scheme != std::string::npos) {
+      const std::string s = rest.substr(0, scheme);
+      if (s != "http" && s != "https") throw bad("expected http:// or https://");
+      if (s != protocol) {
+        throw bad("the scheme says " + s + " but protocol is " + protocol +
+                  " (set --rdzv-conf protocol=" + s + ")");
+      }
+      rest = rest.substr(scheme + 3);
+    }
+    if (!rest.empty() && rest.back() == '/') rest.pop_back();
+    const auto badPort = [&](const std::string& port) {
+      return bad("port '" + port + "' is not a number from 1 to 65535");
+    };
+    HostPort split;
+    try {
+      split = splitHostPort(rest);
+    } catch (const HostPortError& e) {
+      throw e.inPort() ? badPort(e.port()) : bad(e.what());
+    }
+    if (split.host.empty()) throw bad("no host");
+    if (split.port == 0) throw badPort("0");
+    Endpoint ep;
+    ep.host = split.host;
+    if (split.port) ep.port = *split.port;
+    out.push_back(ep);
+    if (comma == text.size()) break;
+  }
+  return out;
 }
 
 namespace {
@@ -136,13 +179,22 @@ void HttpConnection::fail(const std::string& what, const std::string& why) {
   throw ConnectionError("etcd " + endpoint_.text() + ": " + what + ": " + why);
 }
 
-void HttpConnection::runUntil(const bool& done, Clock::time_point deadline, const char* what) {
+template <typename Start>
+std::optional<boost::system::error_code> HttpConnection::runOp(Start&& start,
+                                                               Clock::time_point deadline) {
+  bool done = false;
+  boost::system::error_code error;
+  start([&](boost::system::error_code ec, auto&&...) {
+    error = ec;
+    done = true;
+  });
   io_.restart();
   while (!done) {
     if (io_.run_one_until(deadline) == 0) break;
   }
-  if (done) return;
-  // Deadline: abort what is in flight, let its handler run, then report.
+  if (done) return error;
+  // Deadline: a read in flight cannot be left behind (least of all inside TLS), so abort what is
+  // in flight, let its handler run, then close.
   if (streams_) {
     boost::system::error_code ec;
     streams_->lowest().socket().close(ec);
@@ -151,6 +203,13 @@ void HttpConnection::runUntil(const bool& done, Clock::time_point deadline, cons
   io_.run();
   close();
   if (interrupted_) throw ConnectionError("etcd " + endpoint_.text() + ": interrupted");
+  return std::nullopt;
+}
+
+template <typename Start>
+boost::system::error_code HttpConnection::await(Start&& start, Clock::time_point deadline,
+                                                const char* what) {
+  if (auto error = runOp(std::forward<Start>(start), deadline)) return *error;
   throw TimeoutError("etcd " + endpoint_.text() + ": no answer in time (" + what + ")");
 }
 
@@ -164,35 +223,30 @@ void HttpConnection::connect(Clock::time_point deadline) {
   }
   streams_ = std::move(s);
   tcp::resolver resolver(io_);
-  bool done = false;
-  boost::system::error_code error;
   tcp::resolver::results_type results;
-  resolver.async_resolve(endpoint_.host, std::to_string(endpoint_.port),
-                         [&](boost::system::error_code ec, tcp::resolver::results_type r) {
-                           error = ec;
-                           results = std::move(r);
-                           done = true;
-                         });
-  runUntil(done, deadline, "resolving the host");
+  auto error = await(
+      [&](auto handler) {
+        resolver.async_resolve(endpoint_.host, std::to_string(endpoint_.port),
+                               [&results, handler](boost::system::error_code ec,
+                                                   tcp::resolver::results_type r) mutable {
+                                 results = std::move(r);
+                                 handler(ec);
+                               });
+      },
+      deadline, "resolving the host");
   if (error) fail("cannot resolve " + endpoint_.host, error.message());
-  done = false;
-  streams_->lowest().async_connect(results,
-                                   [&](boost::system::error_code ec, const tcp::endpoint&) {
-                                     error = ec;
-                                     done = true;
-                                   });
-  runUntil(done, deadline, "connecting");
+  error = await([&](auto handler) { streams_->lowest().async_connect(results, handler); }, deadline,
+                "connecting");
   if (error) fail("cannot connect", error.message());
   streams_->lowest().socket().set_option(tcp::no_delay(true), error);
   if (!tls_) return;
   SSL_set_tlsext_host_name(streams_->ssl->native_handle(), endpoint_.host.c_str());
   streams_->ssl->set_verify_callback(asio::ssl::host_name_verification(endpoint_.host));
-  done = false;
-  streams_->ssl->async_handshake(asio::ssl::stream_base::client, [&](boost::system::error_code ec) {
-    error = ec;
-    done = true;
-  });
-  runUntil(done, deadline, "TLS handshake");
+  error = await(
+      [&](auto handler) {
+        streams_->ssl->async_handshake(asio::ssl::stream_base::client, handler);
+      },
+      deadline, "TLS handshake");
   if (error)
     fail(
         "TLS handshake failed (is protocol=https right, and cacert the CA that signed "
@@ -211,15 +265,11 @@ void HttpConnection::sendRequest(const std::string& path, const std::string& bod
   req.keep_alive(true);
   req.body() = body;
   req.prepare_payload();
-  bool done = false;
-  boost::system::error_code error;
-  streams_->with([&](auto& stream) {
-    http::async_write(stream, req, [&](boost::system::error_code ec, std::size_t) {
-      error = ec;
-      done = true;
-    });
-  });
-  runUntil(done, deadline, "sending a request");
+  const auto error = await(
+      [&](auto handler) {
+        streams_->with([&](auto& stream) { http::async_write(stream, req, handler); });
+      },
+      deadline, "sending a request");
   if (error) fail("sending a request", error.message());
 }
 
@@ -229,15 +279,11 @@ HttpConnection::Response HttpConnection::post(const std::string& path, const std
   sendRequest(path, body, auth, deadline);
   http::response_parser<http::string_body> parser;
   parser.body_limit(64u << 20);
-  bool done = false;
-  boost::system::error_code error;
-  streams_->with([&](auto& stream) {
-    http::async_read(stream, buffer_, parser, [&](boost::system::error_code ec, std::size_t) {
-      error = ec;
-      done = true;
-    });
-  });
-  runUntil(done, deadline, "reading the answer");
+  const auto error = await(
+      [&](auto handler) {
+        streams_->with([&](auto& stream) { http::async_read(stream, buffer_, parser, handler); });
+      },
+      deadline, "reading the answer");
   if (error) fail("reading the answer", error.message());
   auto res = parser.release();
   if (!res.keep_alive()) close();
@@ -259,33 +305,24 @@ HttpConnection::Response HttpConnection::startStream(const std::string& path,
     return data.size();
   };
   parser.on_chunk_body(streams_->onChunk);
-  bool done = false;
-  boost::system::error_code error;
-  streams_->with([&](auto& stream) {
-    http::async_read_header(stream, buffer_, parser,
-                            [&](boost::system::error_code ec, std::size_t) {
-                              error = ec;
-                              done = true;
-                            });
-  });
-  runUntil(done, deadline, "starting a stream");
+  const auto error = await(
+      [&](auto handler) {
+        streams_->with(
+            [&](auto& stream) { http::async_read_header(stream, buffer_, parser, handler); });
+      },
+      deadline, "starting a stream");
   if (error) fail("starting a stream", error.message());
   const int status = static_cast<int>(parser.get().result_int());
   if (status == 200) return {status, ""};
   // An error answer is short: read it whole, then drop the stream.
   std::string text;
   try {
+    const auto readSome = [&](auto handler) {
+      streams_->with(
+          [&](auto& stream) { http::async_read_some(stream, buffer_, parser, handler); });
+    };
     while (!parser.is_done()) {
-      done = false;
-      streams_->with([&](auto& stream) {
-        http::async_read_some(stream, buffer_, parser,
-                              [&](boost::system::error_code ec, std::size_t) {
-                                error = ec;
-                                done = true;
-                              });
-      });
-      runUntil(done, deadline, "reading an error answer");
-      if (error) break;
+      if (await(readSome, deadline, "reading an error answer")) break;
     }
     text = pending_ + parser.get().body();
   } catch (const Error&) {
@@ -312,32 +349,16 @@ std::optional<std::string> HttpConnection::nextLine(Clock::time_point deadline) 
     }
     if (interrupted_) fail("reading a stream", "interrupted");
     if (Clock::now() >= deadline) return std::nullopt;
-    bool done = false;
-    boost::system::error_code error;
-    streams_->with([&](auto& stream) {
-      http::async_read_some(stream, buffer_, parser,
-                            [&](boost::system::error_code ec, std::size_t) {
-                              error = ec;
-                              done = true;
-                            });
-    });
-    io_.restart();
-    while (!done) {
-      if (io_.run_one_until(deadline) == 0) break;
-    }
-    if (!done) {
-      // Quiet until the deadline: not an error, but a read in flight cannot be left behind
-      // (least of all inside TLS), so the stream is closed; the caller opens a new one if it
-      // still wants to wait.
-      boost::system::error_code ec;
-      streams_->lowest().socket().close(ec);
-      io_.restart();
-      io_.run();
-      close();
-      if (interrupted_) fail("reading a stream", "interrupted");
-      return std::nullopt;
-    }
-    if (error) fail("reading a stream", error.message());
+    // Quiet until the deadline is not an error: runOp() closes the stream then, and the caller
+    // opens a new one if it still wants to wait.
+    const auto error = runOp(
+        [&](auto handler) {
+          streams_->with(
+              [&](auto& stream) { http::async_read_some(stream, buffer_, parser, handler); });
+        },
+        deadline);
+    if (!error) return std::nullopt;
+    if (*error) fail("reading a stream", error->message());
   }
 }
 

@@ -1,6 +1,7 @@
 // HttpConnection: one HTTP/1.1 connection (plain or TLS) to one etcd member, blocking, every
-// operation bounded by a deadline. The etcd client (rendezvous/etcd/etcd_client.h) keeps one per
-// member it talks to; a watch has one of its own, since its response never ends.
+// operation bounded by a deadline; and Endpoint, a member's address, with its parser. The etcd
+// client (rendezvous/etcd/etcd_client.h) keeps one per member it talks to; a watch has one of its
+// own, since its response never ends.
 //
 // Blocking calls run Boost.Beast's async operations on a private io_context until the deadline:
 // this is how a synchronous Beast call gets a timeout. interrupt() may be called from any thread
@@ -16,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace dtrun::rendezvous::etcd {
 
@@ -28,6 +30,11 @@ struct Endpoint {
   /// "host:port" ("[::1]:2379" for IPv6).
   std::string text() const;
 };
+
+/// "a:2379,http://b:2379,https://c" -> endpoints; a scheme must agree with `protocol` ("http" or
+/// "https"). Throws ConfigError naming `option` and the bad element.
+std::vector<Endpoint> parseEndpoints(const std::string& option, const std::string& text,
+                                     const std::string& protocol);
 
 /// The client side of TLS: a CA file to verify the members with, and optionally a client
 /// certificate and key. Throws ConfigError naming the file and what is wrong with it.
@@ -74,9 +81,16 @@ class HttpConnection {
  private:
   struct Streams;
   void connect(Clock::time_point deadline);
-  /// Runs the io_context until `done` or the deadline; on the deadline closes the sockets and
-  /// throws TimeoutError naming `what`.
-  void runUntil(const bool& done, Clock::time_point deadline, const char* what);
+  /// Runs one Beast/Asio operation on the private io_context to its end or `deadline`: `start`
+  /// begins it with the handler it is given (called as handler(ec, ...)). Returns the
+  /// operation's error code, or nullopt when the deadline came first: the operation is then
+  /// aborted (its handler has run) and the connection closed. Throws ConnectionError after
+  /// interrupt().
+  template <typename Start>
+  std::optional<boost::system::error_code> runOp(Start&& start, Clock::time_point deadline);
+  /// runOp(), with the deadline a TimeoutError naming `what`.
+  template <typename Start>
+  boost::system::error_code await(Start&& start, Clock::time_point deadline, const char* what);
   void sendRequest(const std::string& path, const std::string& body, const std::string& auth,
                    Clock::time_point deadline);
   [[noreturn]] void fail(const std::string& what, const std::string& why);

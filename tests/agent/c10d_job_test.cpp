@@ -77,15 +77,21 @@ TEST_CASE("C10dJob: one node joins, reads the job's state, finishes", "[agent][c
   Answer<WorkerStore> store;
   job.workerStore(*joined.result->value, store.callback());
   REQUIRE(runUntil(io, [&] { return store.result.has_value(); }));
+  INFO(store.result->message());
+  REQUIRE(store.result->ok());
   CHECK(store.result->value->port == server.port());
 
   Answer<std::int64_t> done;
   job.markDone(0, 1, done.callback());
   REQUIRE(runUntil(io, [&] { return done.result.has_value(); }));
+  INFO(done.result->message());
+  REQUIRE(done.result->ok());
   CHECK(*done.result->value == 1);
   Answer<dtrun::rendezvous::JobState> state;
   job.state(0, state.callback());
   REQUIRE(runUntil(io, [&] { return state.result.has_value(); }));
+  INFO(state.result->message());
+  REQUIRE(state.result->ok());
   CHECK(state.result->value->done == 1);
   CHECK_FALSE(state.result->value->final);
 }
@@ -169,6 +175,30 @@ TEST_CASE("C10dJob: without the agent store, group rank 0 publishes MASTER_ADDR:
   REQUIRE(runUntil(io, [&] { return bad.result.has_value(); }));
   REQUIRE_FALSE(bad.result->ok());
   CHECK(bad.result->message().find("no-port-here") != std::string::npos);
+
+  // An IPv6 address travels in brackets and comes back without them.
+  auto v6Options = optionsFor(server.port(), "master");
+  v6Options.agentStore = false;
+  v6Options.localAddr = "fd00::7";
+  C10dJob v6(io, v6Options, dtrun::rendezvous::test::quietLogger());
+  round.round = 2;
+  round.groupRank = 0;
+  Answer<WorkerStore> published;
+  v6.workerStore(round, published.callback());
+  REQUIRE(runUntil(io, [&] { return published.result.has_value(); }));
+  INFO(published.result->message());
+  REQUIRE(published.result->ok());
+  CHECK(published.result->value->addr == "fd00::7");
+  CHECK(observer(server.port()).get("dtrun/master/r2/master", 5s) ==
+        "[fd00::7]:" + std::to_string(published.result->value->port));
+  round.groupRank = 1;
+  Answer<WorkerStore> read;
+  reader.workerStore(round, read.callback());
+  REQUIRE(runUntil(io, [&] { return read.result.has_value(); }));
+  INFO(read.result->message());
+  REQUIRE(read.result->ok());
+  CHECK(read.result->value->addr == "fd00::7");
+  CHECK(read.result->value->port == published.result->value->port);
 }
 
 TEST_CASE("C10dJob: abortWorkers sets the round's abort key before answering", "[agent][c10d]") {

@@ -47,9 +47,14 @@ TEST_CASE("EventLog::formatLine puts event, time and ts first", "[agent][eventlo
         R"("exit_code":-9,"local_rank":1,"pid":4242})");
   CHECK(EventLog::formatLine("shutdown", nlohmann::json::object(), kWhen) ==
         R"({"event":"shutdown","time":"2026-11-30T04:14:28.123Z","ts":1796012068.123})");
-  // A non-object is kept, not dropped; invalid UTF-8 does not throw.
+  // A non-object is kept, not dropped; an invalid UTF-8 byte becomes U+FFFD (in UTF-8), so the
+  // line stays one valid JSON object.
   CHECK(EventLog::formatLine("x", 5, kWhen).find(R"("value":5)") != std::string::npos);
-  CHECK_NOTHROW(EventLog::formatLine("x", {{"path", "bad\xff"}}, kWhen));
+  std::string line;
+  REQUIRE_NOTHROW(line = EventLog::formatLine("x", {{"path", "bad\xff"}}, kWhen));
+  CHECK(line.find("\"path\":\"bad\xef\xbf\xbd\"") != std::string::npos);
+  CHECK(line.find('\xff') == std::string::npos);
+  CHECK(nlohmann::json::parse(line)["path"] == "bad\xef\xbf\xbd");
 }
 
 TEST_CASE("EventLog appends one line per event", "[agent][eventlog]") {

@@ -14,10 +14,9 @@
 #include "tests/support/run_until.h"
 #include "tests/support/test_support.h"
 
-using dtrun::agent::LinePrefixVars;
+using dtrun::UniqueFd;
 using dtrun::agent::LogForwarder;
 using dtrun::agent::StreamOptions;
-using dtrun::agent::UniqueFd;
 using dtrun::test::pollUntil;
 using dtrun::test::readFile;
 using dtrun::test::runUntil;
@@ -111,29 +110,6 @@ StreamOptions filteredTo(std::string prefix, std::vector<std::string> filters,
 }
 
 }  // namespace
-
-TEST_CASE("safeSubstitute behaves like Python's Template.safe_substitute", "[agent][logs]") {
-  using dtrun::agent::safeSubstitute;
-  std::map<std::string, std::string> v = {{"role_name", "trainer"}, {"rank", "7"}};
-  CHECK(safeSubstitute("[${role_name}${rank}]:", v) == "[trainer7]:");
-  CHECK(safeSubstitute("$role_name-$rank!", v) == "trainer-7!");
-  CHECK(safeSubstitute("$rank_x ${rank}x", v) == "$rank_x 7x");  // longest identifier wins
-  CHECK(safeSubstitute("cost: $$5 ${unknown} $unknown", v) == "cost: $5 ${unknown} $unknown");
-  CHECK(safeSubstitute("$ ${1} ${rank a$", v) == "$ ${1} ${rank a$");  // invalid: as written
-  CHECK(safeSubstitute("", v).empty());
-}
-
-TEST_CASE("makeLinePrefix: torchrun's default and the template variables", "[agent][logs]") {
-  LinePrefixVars vars{.roleName = "default",
-                      .rank = 9,
-                      .localRank = 1,
-                      .host = "node-3",
-                      .nodeRank = 4,
-                      .restart = 2};
-  CHECK(dtrun::agent::makeLinePrefix("", vars) == "[default1]:");
-  CHECK(dtrun::agent::makeLinePrefix("${host}:${node_rank}:${rank}/${local_rank}#${restart} ",
-                                     vars) == "node-3:4:9/1#2 ");
-}
 
 TEST_CASE("LogForwarder prefixes lines, tees raw bytes and keeps the tail", "[agent][logs]") {
   boost::asio::io_context io(1);
@@ -479,30 +455,6 @@ TEST_CASE("the write end reaches only the child it is given to", "[agent][logs]"
   ::kill(sibling, SIGKILL);
   CHECK(waitExit(sibling) == 128 + SIGKILL);
   CHECK(drain(io, fwd, s.id) == std::vector<std::string>{"x"});
-}
-
-TEST_CASE("lastLines and tailFile", "[agent][logs]") {
-  using dtrun::agent::lastLines;
-  CHECK(lastLines("a\nb\nc\n", 2) == std::vector<std::string>{"b", "c"});
-  CHECK(lastLines("a\nb\nc", 5) == std::vector<std::string>{"a", "b", "c"});
-  CHECK(lastLines("x 1%\rx 50%\rx 100%\n", 5) == std::vector<std::string>{"x 100%"});
-  CHECK(lastLines("crlf\r\nnext\r\n", 5) == std::vector<std::string>{"crlf", "next"});
-  CHECK(lastLines("", 5).empty());
-
-  TempDir dir;
-  auto path = (dir.path() / "stderr.log").string();
-  CHECK(dtrun::agent::tailFile(path, 3).empty());  // no file
-  std::string text;
-  for (int i = 0; i < 40000; ++i) text += "line number " + std::to_string(i) + "\n";  // > 256 KiB
-  text += "Traceback (most recent call last):\nValueError: boom\n";
-  writeFile(path, text);
-  CHECK(dtrun::agent::tailFile(path, 3) ==
-        std::vector<std::string>{"line number 39999",
-                                 "Traceback (most recent call last):", "ValueError: boom"});
-  auto many = dtrun::agent::tailFile(path, 100000);
-  REQUIRE_FALSE(many.empty());
-  CHECK(many.front().rfind("line number ", 0) == 0);  // starts on a whole line
-  CHECK(many.size() < 40000);                         // only the last 256 KiB were read
 }
 
 TEST_CASE("LogForwarder says when a stream, and any stream, last had output", "[agent][logs]") {

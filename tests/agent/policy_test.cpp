@@ -508,10 +508,24 @@ TEST_CASE("a round some node finished is not restarted for a member that left",
   runRound(p, roundOf(0, 0, 3));
   JobState s = stateOf(0);
   s.gone = 1;
-  s.done = 1;
-  p.handle(event::JobChanged{});
-  CHECK(p.handle(event::StateRead{s}).empty());
-  CHECK(p.state() == State::kRunning);
+  SECTION("control: the same state without a finished node restarts the round") {
+    p.handle(event::JobChanged{});
+    CHECK(only<action::Advance>(p.handle(event::StateRead{s})).round == 0);
+    CHECK(p.state() == State::kRunning);
+  }
+  SECTION("with one: no advance, no stop, the workers go on, however often it is read") {
+    s.done = 1;
+    for (int read = 0; read < 2; ++read) {
+      INFO("read " << read);
+      p.handle(event::JobChanged{});
+      CHECK(p.handle(event::StateRead{s}).empty());
+      CHECK(p.state() == State::kRunning);
+    }
+    // The round still ends the ordinary way: this node's workers succeed and it marks done.
+    CHECK(p.handle(event::WorkerExited{0, exitCode(0)}).empty());
+    CHECK(only<action::MarkDone>(p.handle(event::WorkerExited{1, exitCode(0)})).round == 0);
+    CHECK(p.state() == State::kDoneWaiting);
+  }
 }
 
 TEST_CASE("a node that lost the job after its workers succeeded exits 0", "[agent][policy][done]") {

@@ -25,6 +25,7 @@
 #include "tests/support/test_support.h"
 
 using namespace dtrun::agent;
+using dtrun::ExitStatus;
 using dtrun::SpawnSpec;
 using dtrun::test::pollUntil;
 using dtrun::test::processAlive;
@@ -132,6 +133,8 @@ TEST_CASE("WorkerProcess: stop sends the signal, then SIGKILL after the grace", 
   bool done = false;
   p.stop(SIGTERM, 60s, [&] { done = true; });
   REQUIRE(runUntil(io, [&] { return done; }));
+  REQUIRE(polite);
+  REQUIRE(polite->signal);
   CHECK(*polite->signal == SIGTERM);
   bool again = false;
   p.stop(SIGTERM, 60s, [&] { again = true; });
@@ -163,7 +166,9 @@ TEST_CASE("WorkerGroup: one exit per local rank, signals to every group, stop wa
   group.stop(SIGTERM, 60s, [&] { stopped = true; });
   REQUIRE(runUntil(io, [&] { return stopped; }));
   CHECK_FALSE(group.anyRunning());
-  CHECK(exits.size() == 3);
+  REQUIRE(exits.size() == 3);
+  REQUIRE(exits[0].signal);
+  REQUIRE(exits[2].signal);
   CHECK(*exits[0].signal == SIGTERM);
   CHECK(*exits[2].signal == SIGTERM);
 }

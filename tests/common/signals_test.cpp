@@ -3,8 +3,11 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <map>
+#include <string>
+#include <vector>
 
 using dtrun::signalName;
 using dtrun::signalNumber;
@@ -45,5 +48,25 @@ TEST_CASE("signalNumber reads Python's names, their aliases, and every case", "[
     if (signalName(s) == "SIG" + std::to_string(s)) continue;
     INFO(signalName(s));
     CHECK(signalNumber(signalName(s)) == s);
+  }
+}
+
+TEST_CASE("the terminating set is torch's four signals, the handled default adds SIGUSR1/2",
+          "[common]") {
+  // One set for the agent's policy, --hostfile's launcher, the orphan guard and the option's
+  // default (four copies once; the guard's also had SIGUSR1/2, which are the default's).
+  for (int s = 1; s <= SIGRTMAX; ++s) {
+    INFO(signalName(s));
+    CHECK(dtrun::isTerminatingSignal(s) ==
+          (s == SIGTERM || s == SIGINT || s == SIGHUP || s == SIGQUIT));
+  }
+  CHECK_FALSE(dtrun::isTerminatingSignal(0));
+  std::vector<std::string> names;
+  for (int s : dtrun::kDefaultHandledSignals) names.push_back(signalName(s));
+  CHECK(names ==
+        std::vector<std::string>{"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"});
+  for (int s : dtrun::kTerminatingSignals) {
+    CHECK(std::find(dtrun::kDefaultHandledSignals.begin(), dtrun::kDefaultHandledSignals.end(),
+                    s) != dtrun::kDefaultHandledSignals.end());
   }
 }

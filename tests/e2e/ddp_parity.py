@@ -15,7 +15,9 @@ import sys
 import tempfile
 import threading
 
-import e2e_util
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import dtrun_testing as dt  # noqa: E402
+import e2e_util  # noqa: E402
 
 STEPS, CKPT_EVERY, FAIL_AT = 20, 5, 12
 RESUME_FROM = FAIL_AT // CKPT_EVERY * CKPT_EVERY  # 10
@@ -62,7 +64,7 @@ def main():
     import torch
 
     example = os.path.join(args.source_dir, "examples", "ddp_train.py")
-    c = e2e_util.Checker()
+    c = dt.Checks(collect=True)
     with tempfile.TemporaryDirectory(prefix="dtrun-ddp-parity-") as work:
         env = dict(os.environ)
         for k in list(env):
@@ -84,7 +86,7 @@ def main():
             ckpt = os.path.join(work, name)
             cmd = runs[name] + script + [f"--ckpt-dir={ckpt}"]
             try:
-                results[name] = e2e_util.run(cmd, env, work, 280,
+                results[name] = dt.run(cmd, env, work, 280,
                                              os.path.join(work, name + ".log"))
             except AssertionError as e:
                 results[name] = (None, str(e))

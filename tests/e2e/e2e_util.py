@@ -1,4 +1,5 @@
-"""Shared helpers of the python end-to-end tests (run by /usr/bin/python3, which sees torch).
+"""What the python end-to-end tests that compare dtrun with torch share (run by /usr/bin/python3,
+which sees torch); checks, runs and skips are tests/support/dtrun_testing.py's.
 
 Torchrun is Debian's torch 1.13 through the measurement anchor, which patches only the
 Python 3.11 parsing bug (Std.from_str) before calling torch.distributed.run.main. Its
@@ -15,16 +16,13 @@ import subprocess
 import sys
 import time
 
-SKIP = 77  # ctest SKIP_RETURN_CODE
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from dtrun_testing import skip  # noqa: E402
+
 ANCHOR = os.environ.get(
     "DTRUN_TORCHRUN_ANCHOR",
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "bench",
                  "torchrun_anchor.py"))
-
-
-def skip(why):
-    print(f"SKIP: {why}", flush=True)
-    sys.exit(SKIP)
 
 
 def require_torch_and_anchor():

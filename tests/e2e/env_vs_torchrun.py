@@ -21,7 +21,9 @@ import re
 import sys
 import tempfile
 
-import e2e_util
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import dtrun_testing as dt  # noqa: E402
+import e2e_util  # noqa: E402
 
 # The file appears complete (rename), so rank 1 cannot see a half-written one below.
 WORKER = ('f="$OUT/env.$TORCHELASTIC_RESTART_COUNT.$LOCAL_RANK"; env -0 > "$f.tmp"; mv "$f.tmp" "$f"; '
@@ -50,7 +52,7 @@ def launch(name, launcher, extra, work, c):
            "TMPDIR": out, "OUT": out, "FOO": "bar baz", "PET_MAX_RESTARTS": "1"}
     cmd = launcher + extra + e2e_util.standalone_like("envtest") + [
         "--nproc_per_node=2", "--monitor_interval=0.1", "--no_python", "/bin/sh", "-c", WORKER]
-    code, text = e2e_util.run(cmd, env, work, 240, os.path.join(work, name + ".log"))
+    code, text = dt.run(cmd, env, work, 240, os.path.join(work, name + ".log"))
     if not c.equal(code, 0, f"{name}: exit code"):
         print(text)
     envs = {}
@@ -69,7 +71,7 @@ def error_file_shape(value, restart, lr):
 
 def main():
     args = e2e_util.comparison_args()
-    c = e2e_util.Checker()
+    c = dt.Checks(collect=True)
     with tempfile.TemporaryDirectory(prefix="dtrun-env-vs-torchrun-") as work:
         torch_envs = launch("torchrun", e2e_util.torchrun_cmd(), [], work, c)
         for mode, extra, agent_store in (("dtrun", [], "True"),

@@ -79,6 +79,10 @@ TEST_CASE("exit codes 0..255 are reported as they are", "[e2e]") {
     CHECK(exits[0]["exit_code"] == code);
     CHECK(exits[0]["signal"].is_null());
     CHECK(exits[0]["pid"] == o.workerPid);
+    // What the agent decided, from its record: success, or a failure (and its report).
+    auto shutdown = eventsNamed(o.events, "shutdown");
+    REQUIRE(shutdown.size() == 1);
+    CHECK(shutdown[0]["reason"] == (code == 0 ? "succeeded" : "failed"));
     if (code == 0) {
       CHECK(o.err.find("FAILED") == std::string::npos);
     } else {
@@ -116,6 +120,9 @@ TEST_CASE("deaths by signal are reported as -N with the signal's name", "[e2e]")
     REQUIRE(exits.size() == 1);
     CHECK(exits[0]["signal"] == sig);
     CHECK(exits[0]["exit_code"].is_null());
+    auto shutdown = eventsNamed(o.events, "shutdown");
+    REQUIRE(shutdown.size() == 1);
+    CHECK(shutdown[0]["reason"] == "failed");
     const std::string pid = std::to_string(o.workerPid);
     CHECK(reportLine(o.err, "  exitcode  : ") ==
           "  exitcode  : -" + std::to_string(sig) + " (pid: " + pid + ")");

@@ -163,8 +163,9 @@ TEST_CASE(
   auto exit = dtrun.wait();
   REQUIRE(exit);
   CHECK(exit->signal == SIGKILL);
-  // PR_SET_PDEATHSIG ends the workers with dtrun; the guard ends their process groups. The 2 s
-  // are the product's promise (issue 3), and both are immediate kernel actions.
+  // PR_SET_PDEATHSIG ends the workers with dtrun; the guard ends their process groups (nothing
+  // dtrun started outlives it: docs/design.md, decision 5). Both are immediate kernel actions,
+  // so 2 s is a generous bound.
   CHECK(test::pollUntil([&] { return allGone(job.workers); }, std::chrono::seconds(2)));
   CHECK(test::pollUntil([&] { return allGone(job.children); }, std::chrono::seconds(2)));
   CHECK(test::pollUntil([&] { return !test::processAlive(job.guard); }, std::chrono::seconds(2)));

@@ -15,9 +15,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e_elastic"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e_elastic"))
 import harness  # noqa: E402
-from harness import check, log, poll  # noqa: E402
+from dtrun_testing import check, log, poll  # noqa: E402
 
 LIMIT = 64
 CLIENTS = 150

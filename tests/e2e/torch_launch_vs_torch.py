@@ -12,11 +12,12 @@ change to move to plain dtrun) must appear once, not once per rank.
 """
 import json
 import os
-import socket
 import sys
 import tempfile
 
-import e2e_util
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import dtrun_testing as dt  # noqa: E402
+import e2e_util  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "tutorial_local_rank.py")
@@ -24,20 +25,14 @@ ANCHOR = os.path.join(HERE, "..", "..", "scripts", "bench", "torch_launch_anchor
 NOTICE = "torch.distributed.launch is deprecated in favour of torchrun"
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def launch(name, launcher, mode, work, c):
     out = os.path.join(work, name)
     os.makedirs(out)
     env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"),
            "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TMPDIR": out, "OUT": out}
-    cmd = launcher + mode + ["--nproc_per_node=2", f"--master_port={free_port()}", SCRIPT,
+    cmd = launcher + mode + ["--nproc_per_node=2", f"--master_port={dt.free_port()}", SCRIPT,
                              "--epochs", "3", "extra words"]
-    code, text = e2e_util.run(cmd, env, work, 240, os.path.join(work, name + ".log"))
+    code, text = dt.run(cmd, env, work, 240, os.path.join(work, name + ".log"))
     if not c.equal(code, 0, f"{name}: exit code"):
         print(text)
     seen = {}
@@ -52,7 +47,7 @@ def launch(name, launcher, mode, work, c):
 
 def main():
     args = e2e_util.comparison_args()
-    c = e2e_util.Checker()
+    c = dt.Checks(collect=True)
     with tempfile.TemporaryDirectory(prefix="dtrun-launch-") as work:
         for mode in ([], ["--use_env"]):
             tag = "use_env" if mode else "local_rank"

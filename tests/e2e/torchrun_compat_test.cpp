@@ -1,4 +1,4 @@
-// The points where dtrun follows torchrun more closely (issue 13), with the real binary:
+// The points where dtrun follows torchrun more closely (docs/migration.md), with the real binary:
 // --virtual-local-rank maps local ranks through the launcher's CUDA_VISIBLE_DEVICES (and
 // refuses more workers than entries), --event-log-handler console prints the events, and
 // `dtrun launch` prints its notice once. The comparison with torch's own

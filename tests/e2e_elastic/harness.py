@@ -3,17 +3,15 @@
 A `Job` owns a fresh directory, a unique --rdzv-id, and every process it starts (a `dtrun store`,
 agents); `Job.close()` kills what is left. Workers are tests/e2e_elastic/worker.sh, which append
 one JSON line per start to <dir>/workers.jsonl (see there); agents write --event-log files.
-`check_round` asserts what the issue asks of every round: ranks unique and contiguous, node by
+`check_round` asserts the invariants of every round: ranks unique and contiguous, node by
 node in group-rank order; one world size and one group world size on every worker of the round,
 and the round number (TORCHELASTIC_RESTART_COUNT) its agent started it for.
 """
 import ctypes
 import json
 import os
-import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,64 +21,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
+sys.path.insert(0, str(REPO / "tests" / "support"))
+from dtrun_testing import (SKIP, Failed, Skip, check, log, poll, read_jsonl,  # noqa: E402
+                           require_checks)
+
 FAULT = REPO / "scripts" / "fault" / "fault.py"
 NETNS = REPO / "scripts" / "fault" / "netns.py"
 WORKER = HERE / "worker.sh"
-SKIP = 77
-
-
-class Skip(Exception):
-    """The test cannot run here; the message says why (ctest reports SKIP)."""
-
-
-class Failed(AssertionError):
-    pass
-
-
-# How many checks (check() and poll()) this process has made: a case that ends having made none
-# asserted nothing and fails (require_checks), so that every test can fail.
-_checks_made = 0
-
-
-def check(cond, message):
-    global _checks_made
-    _checks_made += 1
-    if not cond:
-        raise Failed(message)
-
-
-def require_checks(case):
-    """Raises Failed when no check() or poll() ran since the process started: a test case that
-    asserts nothing would pass whatever dtrun did."""
-    if _checks_made == 0:
-        raise Failed(f"case {case} made no check: a test that asserts nothing cannot fail")
-
-
-def log(message):
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-def free_port():
-    """A port that was free a moment ago (bind 0, read it back, close): tests that cannot use a
-    separate `dtrun store --port 0` take this small race."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def poll(cond, timeout, what, interval=0.02):
-    """Polls `cond` until it returns something truthy (returned) or `timeout` seconds pass
-    (raises Failed naming `what`). Counts as a check."""
-    global _checks_made
-    _checks_made += 1
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise Failed(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
 
 
 def _die_with_parent():
@@ -88,28 +35,6 @@ def _die_with_parent():
     # them through dtrun's own guard.
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def pid_alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-        return state not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
-
-
-def read_jsonl(path):
-    out = []
-    try:
-        with open(path) as f:
-            for line in f:
-                line = line.strip()
-                if line:
-                    out.append(json.loads(line))
-    except FileNotFoundError:
-        pass
-    return out
 
 
 class Agent:

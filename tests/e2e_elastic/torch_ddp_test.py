@@ -23,9 +23,11 @@ exits 77 otherwise.
 import json
 import os
 import sys
+from pathlib import Path
 
-import harness
-from harness import Skip, check, log, poll
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+import harness  # noqa: E402
+from dtrun_testing import Skip, check, log, poll, read_jsonl  # noqa: E402
 
 EXAMPLE = harness.REPO / "examples" / "elastic_ddp_train.py"
 STEPS = 60
@@ -45,7 +47,7 @@ def _program(ckpt, steps=STEPS, sleep=0.0):
 
 
 def _progress(ckpt):
-    return harness.read_jsonl(ckpt / "progress.jsonl")
+    return read_jsonl(ckpt / "progress.jsonl")
 
 
 def _final(ckpt):
@@ -53,16 +55,17 @@ def _final(ckpt):
         return json.load(f)
 
 
-def _run(job, name, agents, nproc, steps=STEPS, ckpt=None):
-    """A fault-free run with its own store and run id, in job.dir/<name>, writing into `ckpt`
-    (default job.dir/<name>/ckpt); returns the checkpoint directory."""
+def _run(job, name, agents, nproc, steps=STEPS, ckpt=None, conf=None):
+    """A fault-free run on dtrun's c10d backend with its own store and run id, in
+    job.dir/<name>, writing into `ckpt` (default job.dir/<name>/ckpt); `conf`: --rdzv-conf
+    entries. Returns the checkpoint directory."""
     where = job.dir / name
     where.mkdir()
     ckpt = ckpt or where / "ckpt"
     sub = harness.Job(f"{job.name}-{name}", job.dtrun, directory=where)
     try:
         sub.start_store()
-        ags = [sub.start_agent(agents, nproc=nproc, program=_program(ckpt, steps))
+        ags = [sub.start_agent(agents, nproc=nproc, conf=conf, program=_program(ckpt, steps))
                for _ in range(agents)]
         for a in ags:
             rc = a.wait(180)

@@ -4,8 +4,9 @@
 #   E2E_DIR          the test's directory: one JSON line per worker start is appended to
 #                    $E2E_DIR/workers.jsonl; the worker exits 0 once $E2E_DIR/finish exists
 #   E2E_FAIL         "round:rank:code ..." - the worker of that round and global rank exits with
-#                    that code instead, once every worker of the round has recorded its start
-#                    (so the test sees whole rounds) and E2E_FAIL_DELAY more seconds (default 0.3)
+#                    that code instead, once the round is whole: every worker of it has
+#                    recorded its start, and the agents have recorded starting every one
+#                    (worker_started in $E2E_DIR/agent*.events.jsonl, the harness's event logs)
 # One short line per write on an O_APPEND file: lines from concurrent workers never interleave.
 set -u
 printf '{"rank":%s,"local_rank":%s,"world_size":%s,"group_rank":%s,"group_world_size":%s,"local_world_size":%s,"round":%s,"max_restarts":%s,"run_id":"%s","master":"%s:%s","pid":%s,"agent":%s,"t":%s}\n' \
@@ -18,11 +19,16 @@ for spec in ${E2E_FAIL:-}; do
   rank=${rest%%:*}
   code=${rest#*:}
   if [ "$round" = "$TORCHELASTIC_RESTART_COUNT" ] && [ "$rank" = "$RANK" ]; then
-    # A worker of the round not started yet would be stopped before it could record itself.
+    # A worker of the round not started yet would be stopped before it could record itself, and
+    # the test checks each worker against its agent's worker_started record: both are waited
+    # for (polled; ctest's timeout bounds a round that never becomes whole).
     while [ "$(grep -c "\"round\":$round," "$E2E_DIR/workers.jsonl")" -lt "$WORLD_SIZE" ]; do
       sleep 0.01
     done
-    sleep "${E2E_FAIL_DELAY:-0.3}"
+    while [ "$(cat "$E2E_DIR"/agent*.events.jsonl 2>/dev/null | grep '"event":"worker_started"' |
+      grep -cE "\"round\":$round[,}]")" -lt "$WORLD_SIZE" ]; do
+      sleep 0.01
+    done
     echo "worker rank $RANK of round $round: failing with exit code $code as asked" >&2
     exit "$code"
   fi

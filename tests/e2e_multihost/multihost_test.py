@@ -39,19 +39,20 @@ from sshd_fixture import SshdFixture
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-sys.path.insert(0, str(REPO / "tests" / "e2e_elastic"))
-import harness  # noqa: E402  (the elastic tests' checks and deadline polling)
-from harness import Failed, poll  # noqa: E402
+sys.path.insert(0, str(REPO / "tests" / "support"))
+import dtrun_testing as dt  # noqa: E402
+from dtrun_testing import Failed  # noqa: E402
 WORKER = HERE / "report_worker.py"
 PYTHON = "/usr/bin/python3"  # the interpreter that sees Debian's torch
-SKIP = 77
+SKIP = dt.SKIP
 HOSTS = ["127.0.0.2", "127.0.0.3"]
 DOWN = "127.0.0.4"  # in the ssh config, with no server
 
 
-def check(cond, message):
-    harness.check(cond, message)
-    print(f"ok    {message}", flush=True)
+# A check stops the case at its first failure; the messages say what passes, so each is printed.
+CHECKS = dt.Checks(echo=True)
+check = CHECKS.check
+poll = CHECKS.poll
 
 
 def processes_with(marker):
@@ -322,10 +323,7 @@ def stop_case(case, how):
 
 
 def free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind((HOSTS[0], 0))
-        return s.getsockname()[1]
+    return dt.free_port(HOSTS[0])
 
 
 CASES = {
@@ -364,7 +362,7 @@ def main():
     passed = False
     try:
         CASES[args.case](case)
-        harness.require_checks(args.case)
+        CHECKS.require_checks(args.case)
         passed = True
         print(f"PASS {args.case}")
         return 0

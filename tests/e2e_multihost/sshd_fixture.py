@@ -15,27 +15,14 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
-import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from dtrun_testing import free_port, wait_for  # noqa: E402
+
 SSHD = "/usr/sbin/sshd"
-
-
-def _free_port(addresses):
-    """A port that was free on every address a moment ago (bound, then released)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind((addresses[0], 0))
-            port = s.getsockname()[1]
-        try:
-            for a in addresses[1:]:
-                with socket.socket() as s:
-                    s.bind((a, port))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError(f"no port free on all of {addresses}")
 
 
 def _can_connect(address, port):
@@ -117,17 +104,17 @@ Host {' '.join(self.hosts + unreachable)}
         # sshd refuses to start without its privilege separation directory (Debian: /run/sshd).
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
         for _ in range(5):  # the port may be taken between the check and sshd's bind
-            self.port = _free_port(self.hosts)
+            self.port = free_port(*self.hosts)
             self._write_configs(unreachable)
             log = open(self.dir / "sshd.log", "ab")
             self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.dir / "sshd_config")],
                                          stdout=log, stderr=log, stdin=subprocess.DEVNULL)
             log.close()
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline and self.proc.poll() is None:
-                if all(_can_connect(h, self.port) for h in self.hosts):
-                    return
-                time.sleep(0.02)
+            # Up once every host's address answers, or given up when sshd exits or 20 s pass.
+            up = wait_for(lambda: self.proc.poll() is not None
+                          or all(_can_connect(h, self.port) for h in self.hosts), 20)
+            if up and self.proc.poll() is None:
+                return
             self.stop()
         raise RuntimeError(f"sshd did not start; its log:\n{self.log()}")
 

@@ -31,12 +31,6 @@ std::string errorOf(const std::function<void()>& fn) {
   return "";
 }
 
-#define NEED_ETCD()                                                           \
-  if (!EtcdCluster::available()) {                                            \
-    WARN("skipped: /usr/bin/etcd is missing (scripts/setup.sh installs it)"); \
-    return;                                                                   \
-  }
-
 }  // namespace
 
 TEST_CASE("parseEndpoints takes host:port and URLs, and names a bad element", "[etcd]") {
@@ -56,7 +50,7 @@ TEST_CASE("parseEndpoints takes host:port and URLs, and names a bad element", "[
 }
 
 TEST_CASE("etcd client: put, range, prefix delete and transactions", "[etcd]") {
-  NEED_ETCD();
+  DTRUN_NEED_ETCD();
   EtcdCluster cluster;
   EtcdClient c(optionsFor(cluster));
   const std::string binary("v\0\xff\n", 4);
@@ -90,7 +84,7 @@ TEST_CASE("etcd client: put, range, prefix delete and transactions", "[etcd]") {
 }
 
 TEST_CASE("etcd client: keys on a lease vanish when it is revoked or expires", "[etcd]") {
-  NEED_ETCD();
+  DTRUN_NEED_ETCD();
   EtcdCluster cluster;
   EtcdClient c(optionsFor(cluster));
   const auto lease = c.leaseGrant(30s);
@@ -113,7 +107,7 @@ TEST_CASE("etcd client: keys on a lease vanish when it is revoked or expires", "
 }
 
 TEST_CASE("etcd client: a watch delivers every event in order, from a past revision on", "[etcd]") {
-  NEED_ETCD();
+  DTRUN_NEED_ETCD();
   EtcdCluster cluster;
   EtcdClient c(optionsFor(cluster));
   const auto first = c.put("w/a", "1");
@@ -138,7 +132,7 @@ TEST_CASE("etcd client: a watch delivers every event in order, from a past revis
 }
 
 TEST_CASE("etcd client: one member down is invisible, a watch included", "[etcd]") {
-  NEED_ETCD();
+  DTRUN_NEED_ETCD();
   EtcdCluster cluster;
   EtcdClient c(optionsFor(cluster));
   const auto rev = c.put("k", "0");
@@ -163,7 +157,7 @@ TEST_CASE("etcd client: one member down is invisible, a watch included", "[etcd]
 
 TEST_CASE("etcd client: quorum lost fails within retryFor naming every member, then recovers",
           "[etcd]") {
-  NEED_ETCD();
+  DTRUN_NEED_ETCD();
   EtcdCluster cluster;
   auto o = optionsFor(cluster);
   o.retryFor = 3s;
@@ -196,7 +190,7 @@ TEST_CASE("etcd client: no member reachable is one clear error naming the endpoi
 }
 
 TEST_CASE("etcd client: authentication with a user and password", "[etcd]") {
-  NEED_ETCD();
+  DTRUN_NEED_ETCD();
   EtcdCluster cluster;
   std::string out;
   REQUIRE(cluster.etcdctl({"user", "add", "root:rootpw"}, &out) == 0);
@@ -224,7 +218,7 @@ TEST_CASE("etcd client: authentication with a user and password", "[etcd]") {
 }
 
 TEST_CASE("etcd client: TLS with a CA, and bad TLS files named in one line", "[etcd]") {
-  NEED_ETCD();
+  DTRUN_NEED_ETCD();
   dtrun::test::TempDir pki;
   const auto p = [&](const char* f) { return (pki.path() / f).string(); };
   const std::string script =

@@ -25,7 +25,7 @@ class EtcdCluster {
   EtcdCluster(const EtcdCluster&) = delete;
   EtcdCluster& operator=(const EtcdCluster&) = delete;
 
-  /// True when etcd is installed (tests SKIP otherwise, saying so).
+  /// True when etcd is installed (tests SKIP otherwise, saying so: DTRUN_NEED_ETCD).
   static bool available();
 
   int size() const { return static_cast<int>(members_.size()); }
@@ -60,3 +60,13 @@ class EtcdCluster {
 };
 
 }  // namespace dtrun::test
+
+/// Ends the current Catch2 test case as skipped when etcd is not installed here.
+#define DTRUN_NEED_ETCD()                                                            \
+  do {                                                                               \
+    if (!::dtrun::test::EtcdCluster::available()) {                                  \
+      DTRUN_SKIP(                                                                    \
+          "/usr/bin/etcd or /usr/bin/etcdctl is missing (scripts/setup.sh installs " \
+          "etcd-server and etcd-client)");                                           \
+    }                                                                                \
+  } while (false)

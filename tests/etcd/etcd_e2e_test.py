@@ -28,13 +28,14 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "support"))
 sys.path.insert(0, str(HERE.parent / "e2e_elastic"))
 sys.path.insert(0, str(HERE))
 
 import harness  # noqa: E402
 import torch_ddp_test as ddp  # noqa: E402
+from dtrun_testing import Skip, check, free_port, log, poll  # noqa: E402
 from etcd_fixture import EtcdCluster  # noqa: E402
-from harness import Skip, check, log, poll  # noqa: E402
 
 # Heartbeats a loaded test machine can keep (the harness's 0.2 s x 3 is for fault detection
 # speed; a missed beat here would be a false fault).
@@ -56,21 +57,10 @@ def _etcd_agent(job, cluster, nnodes, nproc, program=None, conf=None, extra=()):
 
 
 def _run_c10d(job, name, agents, nproc, steps=ddp.STEPS, ckpt=None):
-    """The fault-free reference on dtrun's c10d backend (its own store and run id), writing into
-    `ckpt` (default <name>/ckpt); returns its final model."""
-    where = job.dir / name
-    where.mkdir()
-    ckpt = ckpt or where / "ckpt"
-    sub = harness.Job(f"{job.name}-{name}", job.dtrun, directory=where)
-    try:
-        sub.start_store()
-        ags = [sub.start_agent(agents, nproc=nproc, conf=STEADY,
-                               program=ddp._program(ckpt, steps))
-               for _ in range(agents)]
-        _wait_all(ags)
-    finally:
-        sub.close()
-    return ddp._final(ckpt)
+    """The fault-free reference on dtrun's c10d backend (torch_ddp_test's run, with the steady
+    heartbeats of these tests), writing into `ckpt` (default <name>/ckpt); returns its final
+    model."""
+    return ddp._final(ddp._run(job, name, agents, nproc, steps=steps, ckpt=ckpt, conf=STEADY))
 
 
 def _wait_all(agents, timeout=180):
@@ -229,6 +219,11 @@ def quorum_lost_fails(job):
         log(f"MEASURED quorum lost -> every agent out: {took:.2f} s (quorum_timeout {bound} s)")
         check(took < bound + 30, f"agents took {took:.1f} s, beyond the bound")
         for a in agents:
+            # What the agent decided, from its record; and the one line the user reads.
+            ended = a.events("shutdown")
+            check(len(ended) == 1 and "without quorum for" in ended[0].get("error", "")
+                  and "quorum_timeout" in ended[0]["error"],
+                  f"agent {a.index}: its shutdown record does not name the quorum bound: {ended}")
             errors = [l for l in a.stderr().splitlines() if "[error]" in l or "error:" in l]
             check(any("without quorum for" in l and "quorum_timeout" in l for l in errors),
                   f"agent {a.index}: no clear line:\n{a.stderr()[-2000:]}")
@@ -268,7 +263,7 @@ def _one_line(job, argv_extra, conf, culprit, endpoints):
 def bad_setup(job):
     cluster = _cluster(job)
     try:
-        dead = f"127.0.0.1:{harness.free_port()},127.0.0.1:{harness.free_port()}"
+        dead = f"127.0.0.1:{free_port()},127.0.0.1:{free_port()}"
         _one_line(job, [], {}, ["etcd at " + dead, "cannot connect"], dead)
         _one_line(job, [], {"protocol": "https", "cacert": "/nonexistent/ca.pem"},
                   ["cacert", "/nonexistent/ca.pem"], cluster.endpoints)

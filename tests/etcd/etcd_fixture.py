@@ -15,20 +15,15 @@ import base64
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from dtrun_testing import free_port, wait_for  # noqa: E402
+
 ETCD = "/usr/bin/etcd"
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class EtcdCluster:
@@ -41,8 +36,8 @@ class EtcdCluster:
         self.names = [f"m{i}" for i in range(members)]
         self.hosts = list(hosts) if hosts else ["127.0.0.1"] * members
         self.netns = list(netns) if netns else None
-        self.client_ports = [_free_port() for _ in self.names]
-        self.peer_ports = [_free_port() for _ in self.names]
+        self.client_ports = [free_port() for _ in self.names]
+        self.peer_ports = [free_port() for _ in self.names]
         self.procs = [None] * members
         for i in range(members):
             self.start(i, fresh=True)
@@ -118,11 +113,8 @@ class EtcdCluster:
                    for i in range(len(self.procs)))
 
     def wait_healthy(self, timeout):
-        deadline = time.monotonic() + timeout
-        while not self.healthy():
-            if time.monotonic() >= deadline:
-                raise RuntimeError(f"etcd cluster in {self.dir} not healthy after {timeout} s")
-            time.sleep(0.05)
+        if not wait_for(self.healthy, timeout, interval=0.05):
+            raise RuntimeError(f"etcd cluster in {self.dir} not healthy after {timeout} s")
 
     def keys(self, prefix):
         """How many keys start with `prefix` (a linearizable count)."""

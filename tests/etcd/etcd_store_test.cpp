@@ -41,10 +41,7 @@ std::string errorOf(const std::function<void()>& fn) {
 }  // namespace
 
 TEST_CASE("etcd store: counters, compare-and-set, append and waits", "[etcd]") {
-  if (!EtcdCluster::available()) {
-    WARN("skipped: /usr/bin/etcd is missing (scripts/setup.sh installs it)");
-    return;
-  }
+  DTRUN_NEED_ETCD();
   EtcdCluster cluster;
   auto a = storeFor(cluster);
   auto b = storeFor(cluster);
@@ -114,10 +111,7 @@ TEST_CASE("etcd store: counters, compare-and-set, append and waits", "[etcd]") {
 }
 
 TEST_CASE("etcd store: the rendezvous protocol closes one round with unique ranks", "[etcd]") {
-  if (!EtcdCluster::available()) {
-    WARN("skipped: /usr/bin/etcd is missing (scripts/setup.sh installs it)");
-    return;
-  }
+  DTRUN_NEED_ETCD();
   EtcdCluster cluster;
   constexpr int kNodes = 4;
   RendezvousSettings settings;

@@ -14,7 +14,7 @@
 #include <string_view>
 
 #include "common/error.h"
-#include "rendezvous/wire.h"
+#include "rendezvous/wire_decoder.h"
 
 namespace wire = dtrun::rendezvous::wire;
 

@@ -18,7 +18,9 @@ import sys
 
 sys.dont_write_bytecode = True  # keep the source tree clean of __pycache__
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from interop_util import Checks, poll_until, require_torch, run_probe  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from dtrun_testing import Checks  # noqa: E402
+from interop_util import require_torch, run_probe  # noqa: E402
 
 N_WAITERS = 4
 
@@ -28,7 +30,7 @@ def main():
     parser.add_argument("--probe", required=True)
     args = parser.parse_args()
     dist = require_torch()
-    c = Checks()
+    c = Checks(collect=True)
 
     master = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                            timeout=datetime.timedelta(seconds=60))
@@ -75,40 +77,39 @@ def main():
     lines = run_probe(args.probe, port, ops, dialect="113")
     for i, (op, want) in enumerate(steps):
         got = lines[i] if i < len(lines) else "(no line)"
-        c.eq(got, want, "store_probe " + " ".join(a if len(a) <= 24 else a[:24] + "..." for a in op))
-    c.eq(len(lines), len(steps), "one line per operation")
+        c.equal(got, want, "store_probe " + " ".join(a if len(a) <= 24 else a[:24] + "..." for a in op))
+    c.equal(len(lines), len(steps), "one line per operation")
 
     # torch's client sees what dtrun's client wrote, with torch's "/" key prefix on both sides.
-    c.eq(master.get("bin"), every, "torch reads the bytes dtrun's client set")
-    c.eq(master.get("n"), b"-2", "torch reads dtrun's counter")
-    c.eq(master.get("c"), b"third", "torch reads the compare_set result")
-    c.eq(master.get("m2"), b"", "torch reads an empty value set through multiset")
-    c.eq(master.num_keys(), 7, "torch counts the same keys")
+    c.equal(master.get("bin"), every, "torch reads the bytes dtrun's client set")
+    c.equal(master.get("n"), b"-2", "torch reads dtrun's counter")
+    c.equal(master.get("c"), b"third", "torch reads the compare_set result")
+    c.equal(master.get("m2"), b"", "torch reads an empty value set through multiset")
+    c.equal(master.num_keys(), 7, "torch counts the same keys")
 
     # ... and dtrun's client sees what torch wrote.
     master.set("from-torch", b"\x00\x01\x02")
     master.add("torch-counter", 41)
     lines = run_probe(args.probe, port,
                       ["get", "from-torch", "5000", "add", "torch-counter", "1"], dialect="113")
-    c.eq(lines, ["get 000102", "add 42"], "store_probe reads torch's keys")
+    c.equal(lines, ["get 000102", "add 42"], "store_probe reads torch's keys")
 
     # Several dtrun clients wait on one key; torch's client sets it.
     cmd = [args.probe, "--host", "127.0.0.1", "--port", str(port), "--dialect", "113",
            "add", "ready", "1", "wait", "go", "60000", "get", "go", "5000"]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(N_WAITERS)]
-    c.true(poll_until(lambda: master.add("ready", 0) == N_WAITERS, timeout=60),
-           "every waiting store_probe connected")
+    c.poll(lambda: master.add("ready", 0) == N_WAITERS, 60, "every waiting store_probe connected")
     go = b"\xffgo"
     master.set("go", go)
     outs = []
     for proc in procs:
         out, _ = proc.communicate(timeout=60)
         outs.append(out.splitlines())
-    c.eq(sorted(o[0] for o in outs), [f"add {i}" for i in range(1, N_WAITERS + 1)],
+    c.equal(sorted(o[0] for o in outs), [f"add {i}" for i in range(1, N_WAITERS + 1)],
          "each waiting probe counted itself in")
-    c.eq([o[1:] for o in outs], [["wait ok", f"get {go.hex()}"]] * N_WAITERS,
+    c.equal([o[1:] for o in outs], [["wait ok", f"get {go.hex()}"]] * N_WAITERS,
          f"{N_WAITERS} store_probes woken by one set")
-    c.eq([proc.returncode for proc in procs], [0] * N_WAITERS, "waiting probes exit 0")
+    c.equal([proc.returncode for proc in procs], [0] * N_WAITERS, "waiting probes exit 0")
 
     c.finish()
 

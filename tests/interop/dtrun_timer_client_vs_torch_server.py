@@ -18,7 +18,9 @@ import tempfile
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from interop_util import Checks, poll_until, require_torch_timer  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from dtrun_testing import Checks  # noqa: E402
+from interop_util import require_torch_timer  # noqa: E402
 
 
 class Errors(logging.Handler):
@@ -39,7 +41,7 @@ def main():
     FileTimerServer = require_torch_timer().FileTimerServer
     errors = Errors()
     logging.getLogger().addHandler(errors)
-    c = Checks()
+    c = Checks(collect=True)
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "watchdog_timer")
@@ -59,28 +61,28 @@ def main():
             # Finishes its step (0.2 s) well inside the deadline (10 s): released, never killed.
             ok = run("10", "0.2", *api)
             out, _ = ok.communicate(timeout=60)
-            c.eq(ok.returncode, 0, f"{name}: a punctual worker exits 0 ({out.strip()!r})")
-            c.true("timer released" in out, f"{name}: it released its scope")
+            c.equal(ok.returncode, 0, f"{name}: a punctual worker exits 0 ({out.strip()!r})")
+            c.check("timer released" in out, f"{name}: it released its scope")
             # Hangs past a 0.5 s deadline: torch's server kills it with SIGKILL.
             hung = run("0.5", "-1", *api)
             first = hung.stdout.readline()
-            c.true(first.startswith("timer armed"), f"{name}: the hung worker armed ({first!r})")
+            c.check(first.startswith("timer armed"), f"{name}: the hung worker armed ({first!r})")
             try:
                 rc = hung.wait(60)
             except subprocess.TimeoutExpired:
                 hung.kill()
                 rc = "still running after 60 s"
-            c.eq(rc, -signal.SIGKILL, f"{name}: torch's server killed the hung worker")
+            c.equal(rc, -signal.SIGKILL, f"{name}: torch's server killed the hung worker")
 
         kills = [r for name, r in events if name == "kill worker process"]
-        c.eq(len(kills), 2, "torch's server logged two kills")
-        c.eq({r.scope_id for r in kills}, {"probe-step"}, "of the scope the client named")
+        c.equal(len(kills), 2, "torch's server logged two kills")
+        c.equal({r.scope_id for r in kills}, {"probe-step"}, "of the scope the client named")
         sets = [r for name, r in events if name == "set timer"]
-        c.true(all(r.signal == signal.SIGKILL for r in sets), "every acquire asked for SIGKILL")
+        c.check(all(r.signal == signal.SIGKILL for r in sets), "every acquire asked for SIGKILL")
         # Everything released or reaped: torch keeps no timer of ours.
-        c.true(poll_until(lambda: not server._timers, 30), "no timer left in torch's server")
+        c.poll(lambda: not server._timers, 30, "no timer left in torch's server")
         server.stop()
-    c.eq(errors.records, [], "torch's server logged no error (every request parsed)")
+    c.equal(errors.records, [], "torch's server logged no error (every request parsed)")
     c.finish()
 
 

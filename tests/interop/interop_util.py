@@ -1,8 +1,9 @@
 """Helpers for the store interop tests: run under Debian's /usr/bin/python3 (python3-torch 1.13).
 
-A test that cannot import torch exits with SKIP_CODE after printing why; ctest maps that code to
-SKIP (SKIP_RETURN_CODE). Checks are collected rather than raised, so one run reports every
-mismatch; finish() turns them into the exit status.
+A test that cannot import torch exits with SKIP after printing why; ctest maps that code to
+SKIP (SKIP_RETURN_CODE). Checks are tests/support/dtrun_testing.py's, collected rather than
+raised (Checks(collect=True)), so one run reports every mismatch; finish() turns them into the
+exit status.
 """
 
 import os
@@ -13,11 +14,12 @@ import sys
 import tempfile
 import time
 
-SKIP_CODE = 77
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from dtrun_testing import SKIP  # noqa: E402
 
 
 def require_torch():
-    """Returns torch.distributed, or exits with SKIP_CODE saying why it is unavailable."""
+    """Returns torch.distributed, or exits with SKIP saying why it is unavailable."""
     try:
         import torch  # noqa: F401
         import torch.distributed as dist
@@ -26,73 +28,22 @@ def require_torch():
     except Exception as e:  # ImportError, or an AttributeError from a build without distributed
         print(f"SKIPPED: {sys.executable} cannot use torch.distributed.TCPStore ({e!r}); "
               "install Debian's python3-torch", flush=True)
-        sys.exit(SKIP_CODE)
+        sys.exit(SKIP)
     print(f"torch {torch.__version__} from {os.path.dirname(torch.__file__)}", flush=True)
     return dist
 
 
 def require_torch_timer():
-    """Returns torch.distributed.elastic.timer, or exits with SKIP_CODE saying why it is
+    """Returns torch.distributed.elastic.timer, or exits with SKIP saying why it is
     unavailable."""
     try:
         import torch
         from torch.distributed.elastic import timer
     except Exception as e:
         print(f"SKIPPED: {sys.executable} cannot import torch.distributed.elastic.timer ({e!r})")
-        sys.exit(SKIP_CODE)
+        sys.exit(SKIP)
     print(f"torch {torch.__version__}", flush=True)
     return timer
-
-
-def short(value, limit=160):
-    """repr() cut to `limit` characters, for log lines about long values."""
-    r = repr(value)
-    return r if len(r) <= limit else f"{r[:limit]}... ({len(r)} characters)"
-
-
-class Checks:
-    def __init__(self):
-        self.failures = 0
-        self.count = 0
-
-    def eq(self, got, want, what):
-        self.count += 1
-        if got == want:
-            print(f"ok    {what}: {short(got)}", flush=True)
-        else:
-            self.failures += 1
-            print(f"FAIL  {what}: got {got!r}, want {want!r}", flush=True)
-
-    def true(self, cond, what):
-        self.eq(bool(cond), True, what)
-
-    def raises(self, fn, exc_type, what, contains=None):
-        self.count += 1
-        try:
-            fn()
-        except exc_type as e:
-            if contains is None or contains in str(e):
-                print(f"ok    {what}: raised {type(e).__name__}: {e}", flush=True)
-                return
-            self.failures += 1
-            print(f"FAIL  {what}: raised {type(e).__name__}: {e!r}, expected text {contains!r}",
-                  flush=True)
-            return
-        except Exception as e:
-            self.failures += 1
-            print(f"FAIL  {what}: raised {type(e).__name__}: {e!r}, want {exc_type.__name__}",
-                  flush=True)
-            return
-        self.failures += 1
-        print(f"FAIL  {what}: did not raise {exc_type.__name__}", flush=True)
-
-    def finish(self):
-        """Exits 1 when a check failed, or when none was made (a test that asserts nothing
-        cannot fail); else 0."""
-        print(f"{self.count - self.failures}/{self.count} checks passed", flush=True)
-        if self.count == 0:
-            print("FAIL  no check was made: a test that asserts nothing cannot fail", flush=True)
-        sys.exit(1 if self.failures or self.count == 0 else 0)
 
 
 def read_line(pipe, timeout):
@@ -162,16 +113,3 @@ def run_probe(probe, port, ops, dialect="113", timeout=120):
     if r.returncode != 0:
         raise RuntimeError(f"store_probe exited {r.returncode}: {r.stdout}")
     return r.stdout.splitlines()
-
-
-def poll_until(cond, timeout=30.0):
-    """Polls `cond` with growing pauses until it is true (True) or `timeout` passes (False)."""
-    deadline = time.monotonic() + timeout
-    pause = 0.001
-    while True:
-        if cond():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)

@@ -25,7 +25,9 @@ import time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from interop_util import Checks, poll_until, require_torch_timer  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from dtrun_testing import Checks  # noqa: E402
+from interop_util import require_torch_timer  # noqa: E402
 
 # A client: imports torch (seconds on a loaded machine), says "ready", waits for "go" on stdin, then does MODE with torch's FileTimerClient.
 CLIENT = r"""
@@ -141,23 +143,23 @@ def main():
     parser.add_argument("--probe", required=True)
     args = parser.parse_args()
     require_torch_timer()
-    c = Checks()
+    c = Checks(collect=True)
     probe = Probe(args.probe)
 
     # 1. An overstaying client is killed with SIGKILL (FileTimerClient's default).
     hung = start_client(probe, "hang", 0.5, owner=3)
-    c.eq(hung.stdout.readline().strip(), "armed", "the client armed its deadline")
+    c.equal(hung.stdout.readline().strip(), "armed", "the client armed its deadline")
     e = probe.next("expired", 120)
-    c.eq((e["pid"], e["owner"], e["scope_id"], e["signal"], e["killed"]),
+    c.equal((e["pid"], e["owner"], e["scope_id"], e["signal"], e["killed"]),
          (hung.pid, 3, "hang", signal.SIGKILL, True), "the overstay is reported and acted on")
-    c.true(e["overstay_ms"] >= 0, f"overstay {e['overstay_ms']} ms is not negative")
-    c.eq(hung.wait(30), -signal.SIGKILL, "the client died of the signal it asked for")
+    c.check(e["overstay_ms"] >= 0, f"overstay {e['overstay_ms']} ms is not negative")
+    c.equal(hung.wait(30), -signal.SIGKILL, "the client died of the signal it asked for")
     print(f"acted on {e['overstay_ms']} ms after the deadline", flush=True)
 
     # 2. A client that finishes its steps inside the deadline is never touched.
     ok = start_client(probe, "ok", 5, owner=1)
-    c.eq(ok.stdout.readline().strip(), "finished", "the punctual client finished its steps")
-    c.eq(ok.wait(30), 0, "the punctual client exited 0")
+    c.equal(ok.stdout.readline().strip(), "finished", "the punctual client finished its steps")
+    c.equal(ok.wait(30), 0, "the punctual client exited 0")
 
     # 3. Deadlines of many processes at once: 12 forked children of one client, each its own scope.
     many = start_client(probe, "many", 0.5, owner=10)
@@ -166,10 +168,10 @@ def main():
     for _ in pids:
         e = probe.next("expired", 120)
         seen[e["pid"]] = e
-    c.eq(sorted(seen), sorted(pids), "every one of 12 processes expired once")
-    c.eq(sorted(e["scope_id"] for e in seen.values()), sorted(f"rank-{i}" for i in range(12)),
+    c.equal(sorted(seen), sorted(pids), "every one of 12 processes expired once")
+    c.equal(sorted(e["scope_id"] for e in seen.values()), sorted(f"rank-{i}" for i in range(12)),
          "each with its own scope")
-    c.eq(many.stdout.readline().split(), [str(-signal.SIGKILL)] * 12, "and was killed")
+    c.equal(many.stdout.readline().split(), [str(-signal.SIGKILL)] * 12, "and was killed")
     many.wait(30)
 
     # 4. A forked child's request carries the child's pid and counts for the parent's worker.
@@ -177,41 +179,40 @@ def main():
     words = fork.stdout.readline().split()
     child = int(words[1]) if len(words) == 2 else -1
     e = probe.next("expired", 120)
-    c.eq((e["pid"], e["owner"], e["scope_id"]), (child, 7, "child"), "the child's timer")
-    c.eq(fork.stdout.readline().strip(), "parent saw the child end", "only the child was killed")
+    c.equal((e["pid"], e["owner"], e["scope_id"]), (child, 7, "child"), "the child's timer")
+    c.equal(fork.stdout.readline().strip(), "parent saw the child end", "only the child was killed")
     fork.kill()
     fork.wait()
 
     # 5. Garbage on the FIFO: counted, and the next request still works.
     before = probe.stats()
     garbage = start_client(probe, "garbage", 0.5, owner=4)
-    c.eq(garbage.stdout.readline().strip(), "armed", "a request after garbage")
+    c.equal(garbage.stdout.readline().strip(), "armed", "a request after garbage")
     e = probe.next("expired", 120)
-    c.eq((e["pid"], e["scope_id"]), (garbage.pid, "after-garbage"), "is served")
+    c.equal((e["pid"], e["scope_id"]), (garbage.pid, "after-garbage"), "is served")
     garbage.wait(30)
     after = probe.stats()
-    c.eq(after["malformed"] - before["malformed"], 3, "three malformed lines counted")
+    c.equal(after["malformed"] - before["malformed"], 3, "three malformed lines counted")
 
     # 6. A process outside the job: its request is ignored, it is never killed.
     stranger = start_client(probe, "hang", 0.2, owner=0, register=False)
-    c.eq(stranger.stdout.readline().strip(), "armed", "the stranger armed a deadline")
-    c.true(poll_until(lambda: probe.stats()["ignored"] > after["ignored"]),
-           "its request is ignored")
-    c.eq(stranger.poll(), None, "the stranger is still running")
+    c.equal(stranger.stdout.readline().strip(), "armed", "the stranger armed a deadline")
+    c.poll(lambda: probe.stats()["ignored"] > after["ignored"], 30, "its request is ignored")
+    c.equal(stranger.poll(), None, "the stranger is still running")
     stranger.kill()
     stranger.wait()
 
     # 7. torch's unnamed scope: "<file>#<line>" of the caller.
     unnamed = start_client(probe, "unnamed", 0.3, owner=2)
-    c.eq(unnamed.stdout.readline().strip(), "armed", "an unnamed scope")
+    c.equal(unnamed.stdout.readline().strip(), "armed", "an unnamed scope")
     e = probe.next("expired", 120)
     # torch 1.13 names it after stack()[1] of its generator: contextlib's frame, not the caller's.
-    c.true(re.fullmatch(r".+#[0-9]+", e["scope_id"]), f"is named file#line: {e['scope_id']!r}")
+    c.check(re.fullmatch(r".+#[0-9]+", e["scope_id"]), f"is named file#line: {e['scope_id']!r}")
     unnamed.wait(30)
 
     final = probe.stats()
-    c.eq(final["armed"], 0, "nothing left armed")
-    c.eq(probe.stop(), 0, "the probe stops on EOF")
+    c.equal(final["armed"], 0, "nothing left armed")
+    c.equal(probe.stop(), 0, "the probe stops on EOF")
     c.finish()
 
 

@@ -16,6 +16,7 @@
 
 #include "common/file_util.h"
 #include "launcher/version.h"
+#include "launcher/rdzv_args.h"
 #include "tests/support/fake_devices.h"
 #include "tests/support/test_support.h"
 
@@ -1086,7 +1087,10 @@ TEST_CASE("help groups the options as torchrun does, dtrun's last", "[launcher][
   CHECK(help == helpText());
   CHECK_THROWS_AS(parse({"--help"}), HelpRequested);
   CHECK_THROWS_AS(parse({"--h"}), HelpRequested);
-  CHECK_NOTHROW(parse({"train.py", "--help"}));  // the script's
+  // After the script, --help is the script's: dtrun starts it with --help as its argument.
+  const auto script = parse({"train.py", "--help"});
+  CHECK(script.script == "train.py");
+  CHECK(script.scriptArgs == std::vector<std::string>{"--help"});
 
   CHECK_THAT(help, StartsWith(usageText()));
   std::vector<std::string> sections{

@@ -117,7 +117,11 @@ TEST_CASE("bad command lines are one line naming the culprit", "[launcher][optio
   CHECK(usageError(p, {"--verbose=1"}) == "--verbose: takes no value, got '1' (a flag: --verbose)");
   CHECK(usageError(p, {"--max", "1"}) ==
         "ambiguous option: --max could match --max-key-size, --max-keys");
-  CHECK_NOTHROW(p.parse({"--"}));
+  // A lone "--" ends the options and gives nothing: no option, no script, no argument.
+  const auto dashes = p.parse({"--"});
+  CHECK(dashes.givenDests().empty());
+  CHECK_FALSE(dashes.script());
+  CHECK(dashes.scriptArgs().empty());
 }
 
 TEST_CASE("prefixes, both spellings, aliases, exact-only options", "[launcher][options]") {

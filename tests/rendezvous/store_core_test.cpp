@@ -1,5 +1,5 @@
 // StoreCore without sockets: the map, parked clients and their wake-ups, queues, barriers,
-// WAIT_CHANGE, close actions, and parseDecimal.
+// WAIT_CHANGE and close actions. How ADD reads an old value: tests/common/decimal_test.cpp.
 #include "rendezvous/store_core.h"
 
 #include <algorithm>
@@ -243,30 +243,4 @@ TEST_CASE("core: dropClient forgets the client and runs its ADD_ON_CLOSE actions
   r.core.set("members", "text");
   CHECK_NOTHROW(r.core.dropClient(2));
   CHECK(*r.core.find("members") == "text");
-}
-
-TEST_CASE("parseDecimal reads decimal text the way std::stoll does", "[store][core]") {
-  using L = std::numeric_limits<std::int64_t>;
-  CHECK(parseDecimal("0") == 0);
-  CHECK(parseDecimal("42") == 42);
-  CHECK(parseDecimal("-42") == -42);
-  CHECK(parseDecimal("+7") == 7);
-  CHECK(parseDecimal("  \t\n12") == 12);
-  CHECK(parseDecimal("12abc") == 12);
-  CHECK(parseDecimal("007") == 7);
-  CHECK(parseDecimal("9223372036854775807") == L::max());
-  CHECK(parseDecimal("-9223372036854775808") == L::min());
-  CHECK_FALSE(parseDecimal("9223372036854775808").has_value());
-  CHECK_FALSE(parseDecimal("-9223372036854775809").has_value());
-  CHECK_FALSE(parseDecimal("99999999999999999999999").has_value());
-  CHECK_FALSE(parseDecimal("").has_value());
-  CHECK_FALSE(parseDecimal("   ").has_value());
-  CHECK_FALSE(parseDecimal("-").has_value());
-  CHECK_FALSE(parseDecimal("+-1").has_value());
-  CHECK_FALSE(parseDecimal("abc").has_value());
-  CHECK_FALSE(parseDecimal("x12").has_value());
-  CHECK_FALSE(parseDecimal(std::string("\0"
-                                       "5",
-                                       2))
-                  .has_value());
 }

@@ -4,8 +4,6 @@
 // The golden frames are written out by hand from torch/csrc/distributed/c10d/TCPStore*.cpp (not
 // produced by the encoder under test): one opcode byte, u64 little-endian lengths before keys and
 // values, i64 numbers, u32 words.
-#include "rendezvous/wire.h"
-
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <optional>
@@ -15,6 +13,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "rendezvous/wire_decoder.h"
 
 using namespace dtrun::rendezvous;
 using namespace dtrun::rendezvous::wire;

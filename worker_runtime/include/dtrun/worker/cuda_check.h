@@ -1,5 +1,5 @@
-// Check macros for NCCL and CUDA calls (only with DTRUN_WORKER_HAS_NCCL). Like DTRUN_SYSCALL they
-// convert the C error code at the call site into an exception that names the call, the library's
+// Check macros for NCCL and CUDA calls (only with DTRUN_WORKER_HAS_NCCL). They convert the C
+// error code at the call site into an exception that names the call, the library's
 // error string, a context supplied by the caller (rank, communicator, store key) and file:line.
 #pragma once
 

@@ -32,11 +32,12 @@ ErrorRecord makeErrorRecord(std::string message);
 /// calling thread (call it in the catch block).
 ErrorRecord makeErrorRecord(const std::exception& e);
 
-/// The record as torch's JSON: {"message": {"message", "extraInfo": {"py_callstack",
-/// "timestamp" (a decimal string)}[, "errorCode"]}}.
+/// The record as torch's JSON, byte for byte as torch's json.dumps writes it: {"message":
+/// {"message", "extraInfo": {"py_callstack", "timestamp" (a decimal string)}[, "errorCode"]}}.
 std::string formatErrorRecord(const ErrorRecord& record);
-/// Parses torch's record format or its alternative {"message": "<str>", "timestamp": <int>}.
-/// Throws ConfigError for anything else.
+/// Parses torch's record format (with message.message) or its alternative {"message": "<str>",
+/// "timestamp": <int>}, reading the timestamp as torch does, with Python's int() (absent: 0).
+/// Throws ConfigError for anything else, a timestamp int() refuses included.
 ErrorRecord parseErrorRecord(std::string_view json);
 
 /// Writes the record to `path`, replacing the file (as torch's mode "w"). Throws dtrun::Error

@@ -1,10 +1,10 @@
-#include "agent/exit_status.h"
+#include "common/exit_status.h"
 
 #include <sys/wait.h>
 
 #include "common/signals.h"
 
-namespace dtrun::agent {
+namespace dtrun {
 
 std::string ExitStatus::describe() const {
   if (!signal) return "exit code " + std::to_string(code);
@@ -21,4 +21,4 @@ ExitStatus ExitStatus::fromWaitStatus(int status) {
   return s;
 }
 
-}  // namespace dtrun::agent
+}  // namespace dtrun

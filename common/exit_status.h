@@ -1,10 +1,12 @@
-// ExitStatus: how a process ended, with torch's and the shell's ways of saying it. Plain data.
+// ExitStatus: how a process ended, with torch's and the shell's ways of saying it. Plain data; the
+// one decoding of a waitpid() status for workers, the ssh processes of --hostfile and the
+// commands the launcher runs.
 #pragma once
 
 #include <optional>
 #include <string>
 
-namespace dtrun::agent {
+namespace dtrun {
 
 /// How a process ended: an exit code, or the signal that killed it.
 struct ExitStatus {
@@ -22,4 +24,4 @@ struct ExitStatus {
   static ExitStatus fromWaitStatus(int status);
 };
 
-}  // namespace dtrun::agent
+}  // namespace dtrun
