@@ -415,7 +415,7 @@ rendezvous::JobState EtcdJob::readState(std::int64_t round) {
   s.done = number(4);
   s.restarts = number(5);
   if (const auto succeeded = value(6)) {
-    s.succeeded = rendezvous::parseDecimal(*succeeded).value_or(-1);
+    s.succeeded = parseDecimal(*succeeded).value_or(-1);
   }
   return s;
 }

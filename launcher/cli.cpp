@@ -36,7 +36,7 @@ constexpr std::string_view kDtrun = "dtrun options";
 constexpr std::string_view kPet = "PET";
 
 // In torchrun's order, so the help reads like torchrun's (and `dtrun launch` forwards them in it).
-constexpr std::array<OptionSpec, 44> kOptions{{
+constexpr std::array<OptionSpec, 46> kOptions{{
     {"help", "-h", OptionKind::kHelp, "", "", "show this help message and exit"},
     {"version", "", OptionKind::kVersion, "", "", "show dtrun's version and commit and exit", "",
      "", false},

@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "launcher/args.h"
 #include "launcher/endpoint_check.h"
+#include "launcher/rdzv_args.h"
 #include "launcher/store_command.h"
 
 namespace dtrun::launcher {

@@ -3,8 +3,8 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "common/decimal.h"
 #include "rendezvous/dynamic_rendezvous.h"
-#include "rendezvous/store_core.h"
 
 namespace dtrun::rendezvous {
 namespace {

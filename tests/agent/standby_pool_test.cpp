@@ -27,6 +27,7 @@
 #include "tests/support/test_support.h"
 
 using namespace dtrun::agent;
+using dtrun::ExitStatus;
 using dtrun::SpawnSpec;
 using dtrun::test::processAlive;
 using dtrun::test::runUntil;

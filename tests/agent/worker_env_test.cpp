@@ -118,7 +118,7 @@ TEST_CASE("DeepSpeed's variables: the node's rank and count, its worker count", 
   r.worldSize = 5;
   for (int lr = 0; lr < 2; ++lr) {
     INFO("local rank " << lr);
-    Env env = asMap(workerEnv(c, r, lr, WorkerStore{"head", 29500}, "/e.json"));
+    Env env = envMap(workerEnv(c, r, lr, WorkerStore{"head", 29500}, "/e.json"));
     CHECK(env.at("CROSS_RANK") == "1");
     CHECK(env.at("CROSS_SIZE") == "2");
     CHECK(env.at("LOCAL_SIZE") == "2");
@@ -131,7 +131,7 @@ TEST_CASE("DeepSpeed's variables: the node's rank and count, its worker count", 
     CHECK(env.at("TORCHELASTIC_RESTART_COUNT") == "2");
   }
   // torchrun's own set has none of them.
-  Env plain = asMap(workerEnv(config(2), r, 0, WorkerStore{"head", 29500}, ""));
+  Env plain = envMap(workerEnv(config(2), r, 0, WorkerStore{"head", 29500}, ""));
   for (const char* name : {"CROSS_RANK", "CROSS_SIZE", "LOCAL_SIZE"}) CHECK(plain.count(name) == 0);
 }
 
@@ -139,7 +139,7 @@ TEST_CASE("no worker variables: the launcher's environment and the agent's extra
           "[agent][env]") {
   auto c = config(1);
   c.workerVariables = WorkerVariables::kNone;
-  Env env = asMap(workerEnv(c, roundOf(0, 0, 1, 1), 0, WorkerStore{"head", 29500}, "/e.json",
+  Env env = envMap(workerEnv(c, roundOf(0, 0, 1, 1), 0, WorkerStore{"head", 29500}, "/e.json",
                             {{"TORCHELASTIC_TIMER_FILE", "/run/t"}}));
   CHECK(env == Env{{"PATH", "/usr/bin"},
                    {"NCCL_ASYNC_ERROR_HANDLING", "0"},

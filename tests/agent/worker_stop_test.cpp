@@ -25,6 +25,7 @@
 #include "tests/support/test_support.h"
 
 using namespace dtrun::agent;
+using dtrun::ExitStatus;
 using dtrun::SpawnSpec;
 using dtrun::test::pollUntil;
 using dtrun::test::processAlive;
