@@ -169,8 +169,8 @@ struct StartExitBarrier {  ///< ExitBarrierExpired after `after`
   std::chrono::milliseconds after{0};
 };
 struct ReadJobRecord {};  ///< JobLink::readRecord: what the job left on record -> JobRecordRead
-struct CloseJob {};     ///< JobLink::close: release the job (the others see this node leave)
-struct Finish {         ///< stop everything; dtrun exits with `code`
+struct CloseJob {};       ///< JobLink::close: release the job (the others see this node leave)
+struct Finish {           ///< stop everything; dtrun exits with `code`
   int code = 1;
 };
 }  // namespace action

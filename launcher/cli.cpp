@@ -194,7 +194,8 @@ constexpr std::array<OptionSpec, 46> kOptions{{
      "Which launcher's per-worker variables the workers get: torchrun (RANK, LOCAL_RANK, "
      "WORLD_SIZE, GROUP_RANK, TORCHELASTIC_* and the rest), deepspeed (torchrun's, and "
      "DeepSpeed's CROSS_RANK = the node's rank, CROSS_SIZE = the node count, LOCAL_SIZE = the "
-     "node's worker count; no OMP_NUM_THREADS=1, which DeepSpeed does not set) or none (no per-worker variable at all: one process started with the "
+     "node's worker count; no OMP_NUM_THREADS=1, which DeepSpeed does not set) or none (no "
+     "per-worker variable at all: one process started with the "
      "launcher's environment, as accelerate's single-process launcher; --nproc-per-node 1 "
      "only). (default: torchrun)"},
     {"exit_code", "", OptionKind::kValue, kDtrun, "",

@@ -85,7 +85,7 @@ TEST_CASE("what the launcher sets per rank itself stays per-round", "[agent][pre
   CHECK(split.perRound == kPerRound);
 }
 
-TEST_CASE("--virtual-local-rank: each standby knows its own device", "[agent][prewarm]") {
+TEST_CASE("with --virtual-local-rank each standby knows its own device", "[agent][prewarm]") {
   auto c = config(2);
   c.virtualLocalRank = true;
   c.baseEnv["CUDA_VISIBLE_DEVICES"] = "4,6";

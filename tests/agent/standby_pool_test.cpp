@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <tuple>
+#include <vector>
 
 #include "agent/worker_env.h"
 #include "tests/agent/child_pipe.h"
@@ -181,32 +182,32 @@ TEST_CASE("a killed or stopped standby: the rank starts cold, saying why", "[age
 
 TEST_CASE("imports that fail or are unsafe to hand over turn prewarming off", "[agent][prewarm]") {
   if (!havePython()) DTRUN_SKIP(kPython << " is missing");
-  std::string module, text, expected;
-  SECTION("an import fails") {
-    module = "no_such_module_for_dtrun";
-    expected = "ModuleNotFoundError";
+  struct Case {
+    const char* what;
+    std::string module, text, expected;
+  };
+  const std::vector<Case> cases{
+      {"an import fails", "no_such_module_for_dtrun", "", "ModuleNotFoundError"},
+      {"a Python thread", "threaded_mod",
+       "import threading, time\nthreading.Thread(target=time.sleep, args=(60,)).start()\n",
+       "Python thread"},
+      {"a per-round variable read at import time", "rank_mod",
+       "import os\nRANK = int(os.environ.get('RANK', '0'))\n", "read RANK"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    Pool p({c.module});
+    if (!c.text.empty()) p.module(c.module + ".py", c.text);
+    p.start();
+    const auto off = p.await("prewarm_disabled");
+    CHECK(off["reason"].get<std::string>().find(c.expected) != std::string::npos);
+    CHECK(p.logText.str().find("workers start cold") != std::string::npos);
+    CHECK_FALSE(p.pool->enabled());
+    Pipe out, err;
+    CHECK_FALSE(p.pool->claim(0, p.worker(out.write, err.write), [](ExitStatus) {}));
+    CHECK(p.records("prewarm_fallback").empty());  // said once, when it was turned off
+    CHECK(dtrun::test::readFile(p.dir.path() / "ran").empty());  // the script never ran
   }
-  SECTION("a Python thread") {
-    module = "threaded_mod";
-    text = "import threading, time\nthreading.Thread(target=time.sleep, args=(60,)).start()\n";
-    expected = "Python thread";
-  }
-  SECTION("a per-round variable read at import time") {
-    module = "rank_mod";
-    text = "import os\nRANK = int(os.environ.get('RANK', '0'))\n";
-    expected = "read RANK";
-  }
-  Pool p({module});
-  if (!text.empty()) p.module(module + ".py", text);
-  p.start();
-  const auto off = p.await("prewarm_disabled");
-  CHECK(off["reason"].get<std::string>().find(expected) != std::string::npos);
-  CHECK(p.logText.str().find("workers start cold") != std::string::npos);
-  CHECK_FALSE(p.pool->enabled());
-  Pipe out, err;
-  CHECK_FALSE(p.pool->claim(0, p.worker(out.write, err.write), [](ExitStatus) {}));
-  CHECK(p.records("prewarm_fallback").empty());                // said once, when it was turned off
-  CHECK(dtrun::test::readFile(p.dir.path() / "ran").empty());  // the script never ran
 }
 
 TEST_CASE("a standby that became unfit after it was ready restarts itself cold, in place",
@@ -248,7 +249,7 @@ TEST_CASE("a standby that became unfit after it was ready restarts itself cold, 
   CHECK(err.all() == "err line\n");
 }
 
-TEST_CASE("-m: the module runs as __main__ from a standby as it does cold", "[agent][prewarm]") {
+TEST_CASE("a -m module runs as __main__ from a standby as it does cold", "[agent][prewarm]") {
   if (!havePython()) DTRUN_SKIP(kPython << " is missing");
   Pool p({"quick_mod"});
   p.config.module = true;
@@ -290,7 +291,7 @@ TEST_CASE("-m: the module runs as __main__ from a standby as it does cold", "[ag
   CHECK(std::get<2>(warm) == std::get<2>(cold));
 }
 
-TEST_CASE("-m: a preload that imports the main module is refused", "[agent][prewarm]") {
+TEST_CASE("a preload that imports the -m module itself is refused", "[agent][prewarm]") {
   if (!havePython()) DTRUN_SKIP(kPython << " is missing");
   Pool p({"pulls_main"});
   p.config.module = true;

@@ -140,7 +140,7 @@ TEST_CASE("no worker variables: the launcher's environment and the agent's extra
   auto c = config(1);
   c.workerVariables = WorkerVariables::kNone;
   Env env = envMap(workerEnv(c, roundOf(0, 0, 1, 1), 0, WorkerStore{"head", 29500}, "/e.json",
-                            {{"TORCHELASTIC_TIMER_FILE", "/run/t"}}));
+                             {{"TORCHELASTIC_TIMER_FILE", "/run/t"}}));
   CHECK(env == Env{{"PATH", "/usr/bin"},
                    {"NCCL_ASYNC_ERROR_HANDLING", "0"},
                    {"TORCHELASTIC_TIMER_FILE", "/run/t"}});

@@ -45,7 +45,8 @@ import time
 from pathlib import Path
 
 import harness
-from harness import Failed, Skip, check, check_round, log, pid_alive, poll
+from dtrun_testing import Failed, Skip, check, free_port, log, pid_alive, poll  # noqa: E402
+from harness import check_round  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "etcd"))
@@ -170,7 +171,7 @@ def frozen_worker_given_up(job):
 
 def _host_and_b(job, conf=None, extra=(), env_a=None):
     """A (hosting the store on a free port) and B, --nnodes 1:2, 2 workers each, round 0."""
-    port = harness.free_port()
+    port = free_port()
     endpoint = f"127.0.0.1:{port}"
     conf = dict({"close_timeout": 60}, **(conf or {}))
     a = job.start_agent("1:2", endpoint=endpoint, conf=conf, extra=extra, env=env_a)

@@ -15,8 +15,8 @@
 #include <sstream>
 
 #include "common/file_util.h"
-#include "launcher/version.h"
 #include "launcher/rdzv_args.h"
+#include "launcher/version.h"
 #include "tests/support/fake_devices.h"
 #include "tests/support/test_support.h"
 
@@ -1234,7 +1234,7 @@ TEST_CASE("hang options: torchrun's file-timer variables, stalls, stacks", "[lau
   CHECK(parse({"--dump-stacks", "--stall-timeout", "60", "train.py"}).warnings.empty());
 }
 
-TEST_CASE("--prewarm: module names, and refused where a standby cannot stand in",
+TEST_CASE("prewarm option: module names, and refused where a standby cannot stand in",
           "[launcher][cli]") {
   auto off = parse({"train.py"});
   CHECK(off.prewarm.empty());
