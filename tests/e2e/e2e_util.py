@@ -8,16 +8,13 @@ instead (--rdzv_backend=c10d --rdzv_endpoint=localhost:0, what newest torchrun's
 does), which lets tests run in parallel.
 """
 import argparse
-import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from dtrun_testing import skip  # noqa: E402
+from dtrun_testing import events, run, skip  # noqa: E402,F401  (re-exported for the e2e tests)
 
 ANCHOR = os.environ.get(
     "DTRUN_TORCHRUN_ANCHOR",
@@ -53,37 +50,6 @@ def torchrun_cmd():
 def standalone_like(run_id):
     """Both launchers' arguments for a single-node c10d job on a free port."""
     return ["--rdzv_backend=c10d", "--rdzv_endpoint=localhost:0", f"--rdzv_id={run_id}"]
-
-
-def run(cmd, env, cwd, timeout, log):
-    """Runs cmd to the end; returns (exit code, stdout+stderr). Output also goes to `log`.
-
-    The launcher gets a session of its own; if it outlives `timeout`, that whole process group
-    is killed (torchrun 1.13's workers share it; dtrun's die with dtrun).
-    """
-    print("$ " + " ".join(cmd), flush=True)
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            code = None
-    with open(log, "rb") as f:
-        text = f.read().decode(errors="replace")
-    if code is None:
-        raise AssertionError(f"{cmd[0]} did not finish within {timeout} s:\n{text}")
-    return code, text
-
-
-def events(path):
-    """The records of an --event-log file ([] while it does not exist)."""
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def named(evs, name):
