@@ -437,7 +437,7 @@ void Agent::stopWorkers(int signo, std::optional<std::string> abortReason) {
   auto fire = [once] {
     if (auto f = std::exchange(*once, nullptr)) f();
   };
-  abortTimer_.expires_after(std::chrono::milliseconds(200));
+  abortTimer_.expires_after(kAbortBound);
   abortTimer_.async_wait([fire](boost::system::error_code ec) {
     if (!ec) fire();
   });

@@ -546,10 +546,12 @@ void EtcdJob::abortWorkers(std::int64_t round, std::string reason, std::function
   }
   ops<bool>(
       [this, round, reason] {
-        const auto value =
-            job_->get(DynamicRendezvous::roundKey(round, "store"), options_.connectTimeout);
+        // Bounded as the stop waits for it (kAbortBound): past that the workers are signalled
+        // anyway, and a store whose host died would hold up the next rendezvous for a connect
+        // timeout.
+        const auto value = job_->get(DynamicRendezvous::roundKey(round, "store"), kAbortBound);
         const HostStore h = parseHostStore(round, value);
-        rendezvous::TcpStore store(workerStoreClient(h.store, options_.connectTimeout));
+        rendezvous::TcpStore store(workerStoreClient(h.store, kAbortBound));
         store.set(worker::abortKey(round), reason);
         store.ping();
         return true;

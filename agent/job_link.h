@@ -71,6 +71,9 @@ inline WorkerStore workerStoreOf(std::string_view text, const std::string& what)
   throw ProtocolError(what);
 }
 
+/// How long a stop waits for JobLink::abortWorkers before it signals the workers anyway.
+inline constexpr std::chrono::milliseconds kAbortBound{200};
+
 class JobLink {
  public:
   virtual ~JobLink() = default;
@@ -106,7 +109,9 @@ class JobLink {
   /// bounded (the heartbeat or request timeout). An error when it cannot be read.
   virtual void readRecord(std::function<void(Result<rendezvous::JobRecord>)> done) = 0;
   /// Tells native workers (worker_runtime) of `round` to abort their collectives; `done` runs
-  /// once that is done or failed (never throws, never reports an error: best effort).
+  /// once that is done or failed (never throws, never reports an error: best effort). A stop
+  /// waits for it at most kAbortBound, and an implementation bounds its own work by it too, so
+  /// that a store that cannot be reached does not hold up what the job link does next.
   virtual void abortWorkers(std::int64_t round, std::string reason, std::function<void()> done) = 0;
 
   /// True when this node serves something the other nodes still read after their workers

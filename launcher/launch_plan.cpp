@@ -101,6 +101,7 @@ rendezvous::RendezvousSettings rendezvousSettings(const LaunchConfig& config, Jo
   if (kind == JobKind::kStatic) s.fixedRank = r.nodeRank;
   s.joinTimeout = joinTimeout;
   s.lastCallTimeout = r.lastCallTimeout;
+  s.maxRestarts = config.maxRestarts;
   return s;
 }
 

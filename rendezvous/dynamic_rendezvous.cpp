@@ -273,6 +273,7 @@ std::vector<NodeInfo> DynamicRendezvous::nodesOf(std::int64_t round, int count,
 void DynamicRendezvous::waitForRound(std::int64_t round, Clock::time_point deadline) {
   const std::string opened = roundKey(round, "opened");
   auto lastProgress = Clock::now();
+  bool opening = false;  // advance() tried once from here
   for (;;) {
     checkCancelled();
     checkFinished();
@@ -290,6 +291,15 @@ void DynamicRendezvous::waitForRound(std::int64_t round, Clock::time_point deadl
           "leaves, or at once while there is room",
           wallClockText(deadline), round, round - 1, running, settings_.maxNodes);
     }
+    // The running round's members open the next one; when every one of them is gone (killed,
+    // or its lease lapsed) nobody will, and advance() may be run by any node: this one does.
+    if (!opening && everyMemberGone(round - 1)) {
+      opening = true;
+      log_->warn("rendezvous: every node of round {} is gone; opening round {} from here",
+                 round - 1, round);
+      advance(round - 1, AdvanceReason::kMembership, settings_.maxRestarts);
+      if (store_->check({opened})) return;
+    }
     if (Clock::now() >= deadline) {
       throw TimeoutError("rendezvous: waited " +
                          std::to_string(settings_.joinTimeout.count() / 1000) + " s for round " +
@@ -301,6 +311,13 @@ void DynamicRendezvous::waitForRound(std::int64_t round, Clock::time_point deadl
     } catch (const TimeoutError&) {
     }
   }
+}
+
+bool DynamicRendezvous::everyMemberGone(std::int64_t round) {
+  const std::string closed = roundKey(round, "closed");
+  if (round < 0 || !store_->check({closed})) return false;
+  const int members = joinedNodes(number(*store_, closed, store_->get(closed, kSlice)));
+  return members > 0 && counter(goneKey(round)) >= members;
 }
 
 std::vector<NodeInfo> DynamicRendezvous::roster(std::int64_t round, int count) {

@@ -62,6 +62,9 @@ struct RendezvousSettings {
   std::chrono::milliseconds joinTimeout = std::chrono::seconds(600);
   std::chrono::milliseconds lastCallTimeout = std::chrono::seconds(30);
   std::chrono::milliseconds progressInterval = std::chrono::seconds(5);
+  /// --max-restarts: what a waiting node that opens the next round itself (every member of the
+  /// running one gone) checks a failure claim of the round against, as its members would have.
+  int maxRestarts = 0;
 };
 
 /// This node's place in a closed round.
@@ -150,6 +153,9 @@ class DynamicRendezvous {
   Outcome joinRound(std::int64_t round, std::chrono::steady_clock::time_point deadline,
                     RoundInfo* info);
   void waitForRound(std::int64_t round, std::chrono::steady_clock::time_point deadline);
+  /// True when `round` closed and every one of its members is gone: nobody is left to open the
+  /// next round.
+  bool everyMemberGone(std::int64_t round);
   std::vector<NodeInfo> nodesOf(std::int64_t round, int count, std::chrono::milliseconds timeout);
   std::int64_t counter(const std::string& key) { return store_->add(key, 0); }
   void checkCancelled();

@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -284,6 +285,42 @@ TEST_CASE("rendezvous: a node past max waits for the next round, which the other
   t.join();
   checkRound({survivor, lateInfo}, {1, 1});
   CHECK(survivor.round == 1);
+  CHECK(probe.rdzv->state(1).restarts == 0);
+}
+
+TEST_CASE("rendezvous: a waiting node opens the next round when every running node is gone",
+          "[rdzv]") {
+  // What an etcd job does when the only agent of the running round is killed while another
+  // waits: nobody is left to open the next round, so the waiting node does, instead of waiting
+  // out its join timeout.
+  auto shared = std::make_shared<InMemoryStore>();
+  std::vector<Node> first;
+  first.push_back(makeNode(shared, 0, 1, settings(1, 1), 0));
+  auto round0 = joinAll(first);
+  CHECK(round0[0].round == 0);
+  Node late = makeNode(shared, 9, 2, settings(1, 1), 0);
+  std::optional<RoundInfo> lateInfo;
+  std::string error;
+  std::thread t([&] {
+    try {
+      lateInfo = late.rdzv->join();
+    } catch (const std::exception& e) {
+      error = e.what();  // without the fix: its join timeout
+    }
+  });
+  auto& probe = first[0];
+  REQUIRE(pollUntil([&] { return probe.rdzv->state(0).waiting == 1; }));
+  CHECK_FALSE(probe.store->check({DynamicRendezvous::roundKey(1, "opened")}));
+  // The one member of round 0 dies: its connection's close counts it gone.
+  probe.store->add(DynamicRendezvous::goneKey(0), 1);
+  t.join();
+  CHECK(error == "");
+  REQUIRE(lateInfo);
+  CHECK(lateInfo->round == 1);
+  CHECK(lateInfo->groupRank == 0);
+  CHECK(lateInfo->groupWorldSize == 1);
+  CHECK(lateInfo->worldSize == 2);
+  // A membership change, not a failure: no restart counted.
   CHECK(probe.rdzv->state(1).restarts == 0);
 }
 
