@@ -13,6 +13,7 @@
 #include "common/host_port.h"
 
 namespace dtrun::agent {
+namespace keys = rendezvous::keys;
 using rendezvous::DynamicRendezvous;
 using rendezvous::Store;
 using rendezvous::TcpStore;
@@ -24,16 +25,19 @@ C10dJob::C10dJob(boost::asio::io_context& io, C10dJobOptions options,
       options_(std::move(options)),
       log_(std::move(log)),
       address_(hostPortText(options_.store.host, options_.store.port)),
-      jobPrefix_("dtrun/" + options_.runId),
+      jobPrefix_(keys::jobPrefix(options_.runId)),
       heartbeatTimer_(io),
       recordReader_(io) {
   options_.store.dialect = rendezvous::wire::Dialect::kTorch2;
+  if (options_.me.member.empty()) {
+    options_.me.member = nodeId(options_.me.host, options_.me.pid, makeNonce());
+  }
   ops_ = std::make_shared<TcpStore>(options_.store);
   job_ = std::make_shared<rendezvous::PrefixStore>(jobPrefix_, ops_);
   // Counted before the close action that uncounts it: an agent that dies in between leaves the
   // count one too high, which costs the host close_timeout at the end, never a late agent its
   // outcome.
-  job_->add(DynamicRendezvous::agentsKey(), 1);
+  job_->add(keys::kAgents, 1);
   {
     TcpStore membership(options_.store);
     // A stopped or cut-off agent keeps its socket open; the lease makes the server close it
@@ -43,8 +47,8 @@ C10dJob::C10dJob(boost::asio::io_context& io, C10dJobOptions options,
                                                  options_.store.keyPrefix);
     TcpStore watcher(options_.store);
     // No lease here: a stopped agent keeps this connection and its count until it exits.
-    watcher.addOnClose(job_->joinKey(DynamicRendezvous::agentsKey()), -1);
-    watcher.addOnClose(job_->joinKey(DynamicRendezvous::epochKey()), 1);
+    watcher.addOnClose(job_->joinKey(keys::kAgents), -1);
+    watcher.addOnClose(job_->joinKey(keys::kEpoch), 1);
     watcher_ = std::make_unique<StoreChannel>(io_, watcher.detachSocket(), address_,
                                               options_.store.keyPrefix);
   }
@@ -95,10 +99,10 @@ void C10dJob::readRecord(std::function<void(Result<rendezvous::JobRecord>)> done
 }
 
 void C10dJob::registerMember(std::int64_t round) {
-  std::vector<std::string> keys;
-  if (!epochRegistered_) keys.push_back(job_->joinKey(DynamicRendezvous::epochKey()));
+  std::vector<std::string> onClose;
+  if (!epochRegistered_) onClose.push_back(job_->joinKey(keys::kEpoch));
   epochRegistered_ = true;
-  keys.push_back(job_->joinKey(DynamicRendezvous::goneKey(round)));
+  onClose.push_back(job_->joinKey(keys::goneKey(round)));
   auto promise = std::make_shared<std::promise<std::string>>();
   auto answer = promise->get_future();
   {
@@ -106,11 +110,11 @@ void C10dJob::registerMember(std::int64_t round) {
     if (stopping_) throw ConnectionError("rendezvous cancelled");
     pendingRegistration_ = promise;
   }
-  boost::asio::post(io_, [this, keys, promise] {
+  boost::asio::post(io_, [this, onClose, promise] {
     if (stopping_) return;  // close() answered it
-    auto remaining = std::make_shared<std::size_t>(keys.size());
+    auto remaining = std::make_shared<std::size_t>(onClose.size());
     auto firstError = std::make_shared<std::string>();
-    for (const auto& key : keys) {
+    for (const auto& key : onClose) {
       membership_->addOnClose(key, 1, options_.heartbeatTimeout,
                               [this, remaining, firstError, promise](const std::string& error) {
                                 if (firstError->empty()) *firstError = error;
@@ -176,7 +180,7 @@ std::string C10dJob::classifyHeartbeatFailure(const std::string& error) {
 }
 
 void C10dJob::watchFrom(rendezvous::Bytes seen) {
-  watcher_->waitChange(job_->joinKey(DynamicRendezvous::epochKey()), seen,
+  watcher_->waitChange(job_->joinKey(keys::kEpoch), seen,
                        [this](const std::string& error, rendezvous::Bytes now) {
                          if (stopping_) return;
                          if (!error.empty()) {
@@ -205,7 +209,7 @@ void C10dJob::watch(std::function<void()> onChange, std::function<void(std::stri
   watching_ = true;
   onChange_ = std::move(onChange);
   onLost_ = std::move(onLost);
-  watcher_->read(job_->joinKey(DynamicRendezvous::epochKey()), options_.heartbeatTimeout,
+  watcher_->read(job_->joinKey(keys::kEpoch), options_.heartbeatTimeout,
                  [this](const std::string& error, rendezvous::Bytes seen) {
                    if (stopping_) return;
                    if (!error.empty()) {
@@ -284,7 +288,7 @@ void C10dJob::workerStore(const rendezvous::RoundInfo& round,
   if (round.groupRank == 0) mine = hostPortText(options_.localAddr, pickFreePort());
   queue_->run<WorkerStore>(
       [this, r = round.round, mine = std::move(mine)] {
-        const std::string key = DynamicRendezvous::roundKey(r, "master");
+        const std::string key = keys::roundKey(r, keys::kMaster);
         std::string value;
         if (mine) {
           job_->set(key, *mine);

@@ -15,6 +15,7 @@
 namespace dtrun::agent {
 
 using rendezvous::DynamicRendezvous;
+namespace keys = rendezvous::keys;
 using rendezvous::etcd::Clock;
 using rendezvous::etcd::Compare;
 using rendezvous::etcd::EtcdClient;
@@ -72,8 +73,10 @@ EtcdJob::EtcdJob(boost::asio::io_context& io, EtcdJobOptions options,
     : io_(io),
       options_(std::move(options)),
       log_(std::move(log)),
-      prefix_("dtrun/" + options_.runId + "/"),
-      memberId_(nodeId(options_.me.host, options_.me.pid, makeNonce())) {
+      prefix_(keys::jobPrefix(options_.runId) + "/"),
+      memberId_(options_.me.member.empty() ? nodeId(options_.me.host, options_.me.pid, makeNonce())
+                                           : options_.me.member) {
+  options_.me.member = memberId_;  // the rendezvous' claims name this agent as its keys do
   // First contact, bounded by connectTimeout: a wrong endpoint, TLS file or password is one
   // line now rather than a hang.
   const auto ttl = std::chrono::ceil<std::chrono::seconds>(options_.keepAliveInterval *
@@ -94,9 +97,9 @@ EtcdJob::EtcdJob(boost::asio::io_context& io, EtcdJobOptions options,
     log_->info("rendezvous: removed {} key(s) of an earlier, finished job with run id '{}'",
                removed, options_.runId);
   }
-  startRevision_ = ops_->put(prefix_ + "members/" + memberId_, options_.me.host, lease_) + 1;
+  startRevision_ = ops_->put(prefix_ + keys::memberKey(memberId_), options_.me.host, lease_) + 1;
 
-  job_ = std::make_shared<rendezvous::PrefixStore>("dtrun/" + options_.runId,
+  job_ = std::make_shared<rendezvous::PrefixStore>(keys::jobPrefix(options_.runId),
                                                    std::make_shared<EtcdStore>(ops_));
   rdzv_ = std::make_unique<DynamicRendezvous>(
       job_, options_.me, options_.rendezvous, [this](std::int64_t round) { registerMember(round); },
@@ -178,17 +181,17 @@ void EtcdJob::close() {
 }
 
 bool EtcdJob::finishedAndAlone(EtcdClient& client) {
-  Op members = Op::get(prefix_ + "members/");
-  members.rangeEnd = prefixEnd(prefix_ + "members/");
+  Op members = Op::get(prefix_ + keys::kMembersDir);
+  members.rangeEnd = prefixEnd(prefix_ + keys::kMembersDir);
   members.countOnly = true;
-  const auto seen =
-      client.txn({}, {Op::get(prefix_ + "succeeded"), Op::get(prefix_ + "final"), members}, {});
+  const auto seen = client.txn(
+      {}, {Op::get(prefix_ + keys::kSucceeded), Op::get(prefix_ + keys::kFinal), members}, {});
   const bool finished = !seen.ranges.at(0).kvs.empty() || !seen.ranges.at(1).kvs.empty();
   return finished && seen.ranges.at(2).count == 0;
 }
 
 void EtcdJob::keepRecordOnly(EtcdClient& client) {
-  const std::string succeeded = prefix_ + "succeeded", final = prefix_ + "final";
+  const std::string succeeded = prefix_ + keys::kSucceeded, final = prefix_ + keys::kFinal;
   const auto seen = client.txn({}, {Op::get(succeeded), Op::get(final)}, {});
   const auto ttl = std::max(std::chrono::seconds(1),
                             std::chrono::ceil<std::chrono::seconds>(options_.closeTimeout));
@@ -216,15 +219,14 @@ void EtcdJob::readRecord(std::function<void(Result<rendezvous::JobRecord>)> done
   recordReader_.read(
       [this] {
         return std::make_shared<rendezvous::PrefixStore>(
-            "dtrun/" + options_.runId,
+            keys::jobPrefix(options_.runId),
             std::make_shared<rendezvous::etcd::EtcdStore>(makeClient(milliseconds(0))));
       },
       std::move(done));
 }
 
 void EtcdJob::registerMember(std::int64_t round) {
-  ops_->put(prefix_ + DynamicRendezvous::roundKey(round, "alive/" + memberId_), options_.me.host,
-            lease_);
+  ops_->put(prefix_ + keys::aliveKey(round, memberId_), options_.me.host, lease_);
 }
 
 void EtcdJob::changed() {
@@ -249,8 +251,8 @@ void EtcdJob::watch(std::function<void()> onChange, std::function<void(std::stri
 }
 
 void EtcdJob::countGone(EtcdClient& client, std::int64_t round, const std::string& id) {
-  const std::string mark = prefix_ + DynamicRendezvous::roundKey(round, "gone_mark/" + id);
-  const std::string gone = prefix_ + DynamicRendezvous::goneKey(round);
+  const std::string mark = prefix_ + keys::goneMarkKey(round, id);
+  const std::string gone = prefix_ + keys::goneKey(round);
   for (;;) {
     const auto read = client.txn({Compare::missing(mark)}, {Op::get(gone)}, {});
     if (!read.succeeded) return;  // another agent counted it
@@ -271,9 +273,9 @@ void EtcdJob::countGone(EtcdClient& client, std::int64_t round, const std::strin
 }
 
 void EtcdJob::watchLoop(std::int64_t fromRevision) {
-  const std::string epoch = prefix_ + DynamicRendezvous::epochKey();  // "epoch" has no sibling
-                                                                      // key it is a prefix of
-  const std::string succeeded = prefix_ + "succeeded", final = prefix_ + "final";
+  const std::string epoch = prefix_ + keys::kEpoch;  // "epoch" has no sibling
+                                                     // key it is a prefix of
+  const std::string succeeded = prefix_ + keys::kSucceeded, final = prefix_ + keys::kFinal;
   std::int64_t revision = fromRevision;
   while (!stopping_) {
     try {
@@ -296,13 +298,12 @@ void EtcdJob::watchLoop(std::int64_t fromRevision) {
           }
           if (e.type != WatchEvent::Type::kDelete || finished_) continue;
           // r<R>/alive/<member>: a member's lease ended (or it left).
-          const std::string rest = e.kv.key.substr(prefix_.size());
-          const auto slash = rest.find("/alive/");
-          if (rest.size() < 2 || rest[0] != 'r' || slash == std::string::npos) continue;
-          const auto round = parseDecimal(std::string_view(rest).substr(1, slash - 1));
-          const std::string id = rest.substr(slash + 7);
-          if (!round || id == memberId_) continue;
-          countGone(*watchClient_, *round, id);
+          const auto key = keys::parseKey(std::string_view(e.kv.key).substr(prefix_.size()));
+          if (!key || key->kind != keys::ParsedKey::Kind::kRound || key->name != "alive" ||
+              key->member == memberId_) {
+            continue;
+          }
+          countGone(*watchClient_, key->round, key->member);
           change = true;
         }
         if (change) changed();
@@ -387,13 +388,13 @@ rendezvous::JobState EtcdJob::readState(std::int64_t round) {
   // DynamicRendezvous::state's snapshot in one read-only transaction: its counters are read
   // there with ADD 0, which on etcd would be a write (a raft round) for every missing key, and
   // every agent reads the state after every change.
-  const std::vector<std::string> names = {"round",
-                                          "final",
-                                          DynamicRendezvous::goneKey(round),
-                                          DynamicRendezvous::roundKey(round, "waiting"),
-                                          DynamicRendezvous::roundKey(round, "done"),
-                                          "restarts",
-                                          "succeeded"};
+  const std::vector<std::string> names = {keys::kRound,
+                                          keys::kFinal,
+                                          keys::goneKey(round),
+                                          keys::roundKey(round, keys::kWaiting),
+                                          keys::roundKey(round, keys::kDone),
+                                          keys::kRestarts,
+                                          keys::kSucceeded};
   // Counters are a key plus its increments (rendezvous/etcd/etcd_store.h): each read spans
   // [K, counterEnd(K)).
   std::vector<Op> reads;
@@ -460,7 +461,7 @@ void EtcdJob::workerStore(const rendezvous::RoundInfo& round,
   leaveWorkerStore();
   const std::int64_t r = round.round;
   storeRound_ = r;
-  const std::string key = prefix_ + DynamicRendezvous::roundKey(r, "store");
+  const std::string key = prefix_ + keys::roundKey(r, keys::kStore);
   if (round.groupRank == 0) {
     try {
       rendezvous::StoreServerOptions o;
@@ -485,7 +486,7 @@ void EtcdJob::workerStore(const rendezvous::RoundInfo& round,
   ops<HostStore>(
       [this, r, key] {
         HostStore h = parseHostStore(
-            r, job_->get(DynamicRendezvous::roundKey(r, "store"), options_.rendezvous.joinTimeout));
+            r, job_->get(keys::roundKey(r, keys::kStore), options_.rendezvous.joinTimeout));
         rendezvous::TcpStore connection(workerStoreClient(h.store, options_.connectTimeout));
         h.fd = connection.detachSocket();
         return h;
@@ -521,7 +522,7 @@ void EtcdJob::watchStoreHost(std::int64_t round, int fd, std::string address,
             round, address, hostMember, error);
         queue_->post([this, round, hostMember] {
           try {
-            ops_->remove(prefix_ + DynamicRendezvous::roundKey(round, "alive/" + hostMember));
+            ops_->remove(prefix_ + keys::aliveKey(round, hostMember));
           } catch (const std::exception& e) {
             if (!stopping_) log_->warn("rendezvous: could not end round {}: {}", round, e.what());
           }
@@ -549,7 +550,7 @@ void EtcdJob::abortWorkers(std::int64_t round, std::string reason, std::function
         // Bounded as the stop waits for it (kAbortBound): past that the workers are signalled
         // anyway, and a store whose host died would hold up the next rendezvous for a connect
         // timeout.
-        const auto value = job_->get(DynamicRendezvous::roundKey(round, "store"), kAbortBound);
+        const auto value = job_->get(keys::roundKey(round, keys::kStore), kAbortBound);
         const HostStore h = parseHostStore(round, value);
         rendezvous::TcpStore store(workerStoreClient(h.store, kAbortBound));
         store.set(worker::abortKey(round), reason);

@@ -13,12 +13,14 @@
 
 namespace dtrun::rendezvous {
 
+using keys::roundKey;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 void to_json(nlohmann::json& j, const NodeInfo& n) {
   j = nlohmann::json{
       {"host", n.host}, {"addr", n.addr}, {"pid", n.pid}, {"nproc", n.nproc}, {"role", n.role}};
+  if (!n.member.empty()) j["member"] = n.member;
 }
 
 void from_json(const nlohmann::json& j, NodeInfo& n) {
@@ -27,6 +29,7 @@ void from_json(const nlohmann::json& j, NodeInfo& n) {
   n.pid = j.value("pid", 0);
   n.nproc = j.value("nproc", 1);
   n.role = j.value("role", "default");
+  n.member = j.value("member", "");
 }
 
 namespace {
@@ -94,8 +97,9 @@ DynamicRendezvous::DynamicRendezvous(std::shared_ptr<Store> store, NodeInfo me,
       settings_(settings),
       registerMember_(std::move(registerMember)),
       log_(std::move(log)),
-      cancelled_(std::move(cancelled)),
-      nonce_(makeNonce()) {
+      cancelled_(std::move(cancelled)) {
+  // The member id tells apart two agents with the same host and pid (containers).
+  if (me_.member.empty()) me_.member = nodeId(me_.host, me_.pid, makeNonce());
   if (settings_.minNodes < 1 || settings_.minNodes > settings_.maxNodes) {
     throw ConfigError("rendezvous: need 0 < min nodes <= max nodes, got " +
                       std::to_string(settings_.minNodes) + ":" +
@@ -114,7 +118,7 @@ void DynamicRendezvous::checkCancelled() {
 }
 
 void DynamicRendezvous::checkFinished() {
-  if (!store_->check({"final"}) && !store_->check({"succeeded"})) return;
+  if (!store_->check({keys::kFinal}) && !store_->check({keys::kSucceeded})) return;
   JobRecord over = readJobRecord(*store_);
   if (over.final) throw JobOverError("the job has already failed for good: " + *over.final, over);
   throw JobOverError("the job has already finished (round " + std::to_string(*over.succeeded) +
@@ -124,7 +128,7 @@ void DynamicRendezvous::checkFinished() {
 
 RoundInfo DynamicRendezvous::join() {
   const auto deadline = Clock::now() + settings_.joinTimeout;
-  std::int64_t round = counter("round");
+  std::int64_t round = counter(keys::kRound);
   for (;;) {
     checkCancelled();
     checkFinished();
@@ -132,12 +136,12 @@ RoundInfo DynamicRendezvous::join() {
     if (joinRound(round, deadline, &info) == Outcome::kJoined) return info;
     // Too late for `round`: say so (the running nodes restart into a bigger round when there
     // is room) and wait for the next one.
-    store_->add(roundKey(round, "waiting"), 1);
-    store_->add(epochKey(), 1);
+    store_->add(roundKey(round, keys::kWaiting), 1);
+    store_->add(keys::kEpoch, 1);
     log_->info("rendezvous: round {} closed without this node; waiting for round {}", round,
                round + 1);
     waitForRound(round + 1, deadline);
-    round = std::max(round + 1, counter("round"));
+    round = std::max(round + 1, counter(keys::kRound));
   }
 }
 
@@ -147,22 +151,22 @@ DynamicRendezvous::Outcome DynamicRendezvous::joinRound(std::int64_t round,
   // advance() writes r<R>/expect before it moves the round counter to R, so a round without it
   // was opened by a stranger's ADD or SET on "round": refused, so that nobody can force
   // restarts that --max-restarts would never count.
-  if (round > 0 && !store_->check({roundKey(round, "expect")})) {
-    const std::string writer = store_->writerOf("round");
+  if (round > 0 && !store_->check({roundKey(round, keys::kExpect)})) {
+    const std::string writer = store_->writerOf(keys::kRound);
     throw ProtocolError("rendezvous key 'round' says round " + std::to_string(round) +
-                        ", which no dtrun agent opened (" + roundKey(round, "expect") +
+                        ", which no dtrun agent opened (" + roundKey(round, keys::kExpect) +
                         " is missing): a client other than a dtrun agent moved the round counter" +
                         (writer.empty() ? "" : " (its last write came from " + writer + ")"));
   }
-  const std::string joinKey = roundKey(round, "join");
-  const std::string closedKey = roundKey(round, "closed");
+  const std::string joinKey = roundKey(round, keys::kJoin);
+  const std::string closedKey = roundKey(round, keys::kClosed);
   // Register first, so that a node which dies right after its ADD is never a silent member.
   if (registerMember_) registerMember_(round);
   // Roles, before the ADD: every member has done this by the time the round closes, so after
   // the close one CHECK says whether all nodes share a role (the usual case, where role ranks
   // are global ranks) without reading every node's description.
-  if (store_->compareSet(roundKey(round, "role"), "", me_.role) != me_.role) {
-    store_->set(roundKey(round, "mixed_roles"), "1");
+  if (store_->compareSet(roundKey(round, keys::kRole), "", me_.role) != me_.role) {
+    store_->set(roundKey(round, keys::kMixedRoles), "1");
   }
   const std::int64_t mine = store_->add(joinKey, packJoin(1, me_.nproc));
   const int index = joinedNodes(mine) - 1;
@@ -177,16 +181,16 @@ DynamicRendezvous::Outcome DynamicRendezvous::joinRound(std::int64_t round,
   if (settings_.fixedRank) {
     // Static: two agents given the same --node-rank would both believe they are rank k.
     const std::string id = nodeId(me_.host, me_.pid);
-    Bytes owner = store_->compareSet(roundKey(round, "rank/" + std::to_string(groupRank)), "", id);
+    Bytes owner = store_->compareSet(keys::rankKey(round, groupRank), "", id);
     if (owner != id) {
       throw ConfigError("static rendezvous: --node-rank " + std::to_string(groupRank) +
                         " is also used by " + owner);
     }
   }
-  store_->set(roundKey(round, "node/" + std::to_string(groupRank)), nlohmann::json(me_).dump());
+  store_->set(keys::nodeKey(round, groupRank), nlohmann::json(me_).dump());
 
   // Only a round opened by advance() knows how many nodes to expect back.
-  const std::int64_t expect = round > 0 ? counter(roundKey(round, "expect")) : 0;
+  const std::int64_t expect = round > 0 ? counter(roundKey(round, keys::kExpect)) : 0;
   const int wanted = settings_.maxNodes;
   int joined = index + 1;
   std::optional<Clock::time_point> minSeen;
@@ -235,7 +239,7 @@ DynamicRendezvous::Outcome DynamicRendezvous::joinRound(std::int64_t round,
   info->groupWorldSize = joinedNodes(closed);
   info->rankOffset = offset;
   info->worldSize = joinedProcs(closed);
-  info->mixedRoles = store_->check({roundKey(round, "mixed_roles")});
+  info->mixedRoles = store_->check({roundKey(round, keys::kMixedRoles)});
   if (settings_.fixedRank) {
     // Arrival order is not rank order: every node's size is needed for the offsets.
     info->nodes = nodesOf(round, info->groupWorldSize, settings_.joinTimeout);
@@ -262,7 +266,7 @@ DynamicRendezvous::Outcome DynamicRendezvous::joinRound(std::int64_t round,
 std::vector<NodeInfo> DynamicRendezvous::nodesOf(std::int64_t round, int count,
                                                  milliseconds timeout) {
   std::vector<std::string> keys;
-  for (int r = 0; r < count; ++r) keys.push_back(roundKey(round, "node/" + std::to_string(r)));
+  for (int r = 0; r < count; ++r) keys.push_back(keys::nodeKey(round, r));
   std::vector<NodeInfo> nodes;
   auto values = store_->multiGet(keys, timeout);
   for (std::size_t i = 0; i < values.size(); ++i)
@@ -271,7 +275,7 @@ std::vector<NodeInfo> DynamicRendezvous::nodesOf(std::int64_t round, int count,
 }
 
 void DynamicRendezvous::waitForRound(std::int64_t round, Clock::time_point deadline) {
-  const std::string opened = roundKey(round, "opened");
+  const std::string opened = roundKey(round, keys::kOpened);
   auto lastProgress = Clock::now();
   bool opening = false;  // advance() tried once from here
   for (;;) {
@@ -281,7 +285,7 @@ void DynamicRendezvous::waitForRound(std::int64_t round, Clock::time_point deadl
       lastProgress = Clock::now();
       // Round round-1 closed without this node; it opens the next one when a member leaves or
       // fails, or restarts into it at once when the group has room (< max nodes).
-      const std::string closed = roundKey(round - 1, "closed");
+      const std::string closed = roundKey(round - 1, keys::kClosed);
       const int running = store_->check({closed})
                               ? joinedNodes(number(*store_, closed, store_->get(closed, kSlice)))
                               : 0;
@@ -323,7 +327,7 @@ bool DynamicRendezvous::everyMemberGone(std::int64_t round) {
 std::vector<NodeInfo> DynamicRendezvous::roster(std::int64_t round, int count) {
   std::vector<NodeInfo> out;
   for (int r = 0; r < std::min(count, kRosterLimit); ++r) {
-    const std::string key = roundKey(round, "node/" + std::to_string(r));
+    const std::string key = keys::nodeKey(round, r);
     if (!store_->check({key})) continue;
     try {
       out.push_back(nlohmann::json::parse(store_->get(key, kSlice)).get<NodeInfo>());
@@ -346,16 +350,16 @@ void DynamicRendezvous::logWaiting(std::int64_t round, int joined, Clock::time_p
   std::size_t missingCount = 0;
   if (settings_.fixedRank) {
     for (int g = 0; g < settings_.maxNodes; ++g) {
-      if (store_->check({roundKey(round, "rank/" + std::to_string(g))})) continue;
+      if (store_->check({keys::rankKey(round, g)})) continue;
       ++missingCount;
       if (missing.size() < static_cast<std::size_t>(kRosterLimit)) {
         missing.push_back("--node-rank " + std::to_string(g));
       }
     }
   } else if (round > 0 && joined <= kRosterLimit &&
-             store_->check({roundKey(round - 1, "closed")})) {
-    const int before = joinedNodes(number(*store_, roundKey(round - 1, "closed"),
-                                          store_->get(roundKey(round - 1, "closed"), kSlice)));
+             store_->check({roundKey(round - 1, keys::kClosed)})) {
+    const int before = joinedNodes(number(*store_, roundKey(round - 1, keys::kClosed),
+                                          store_->get(roundKey(round - 1, keys::kClosed), kSlice)));
     if (before <= kRosterLimit) {
       for (const auto& n : roster(round - 1, before)) {
         const bool back = std::any_of(came.begin(), came.end(), [&](const NodeInfo& c) {
@@ -390,7 +394,7 @@ void DynamicRendezvous::logWaiting(std::int64_t round, int joined, Clock::time_p
 void DynamicRendezvous::timedOut(std::int64_t round, int joined) {
   std::string who;
   for (int r = 0; r < joined; ++r) {
-    const std::string key = roundKey(round, "node/" + std::to_string(r));
+    const std::string key = keys::nodeKey(round, r);
     if (!store_->check({key})) continue;
     if (!who.empty()) who += ", ";
     who += describe(nodeInfo(*store_, key, store_->get(key, kSlice)));
@@ -404,16 +408,16 @@ void DynamicRendezvous::timedOut(std::int64_t round, int joined) {
 
 JobState DynamicRendezvous::state(std::int64_t round) {
   JobState s;
-  s.round = counter("round");
-  if (store_->check({"final"})) s.final = store_->get("final", kSlice);
-  s.gone = counter(goneKey(round));
-  s.waiting = counter(roundKey(round, "waiting"));
-  s.done = counter(roundKey(round, "done"));
-  s.restarts = counter("restarts");
-  if (store_->check({"succeeded"})) {
-    s.succeeded = parseDecimal(store_->get("succeeded", kSlice)).value_or(-1);
+  s.round = counter(keys::kRound);
+  if (store_->check({keys::kFinal})) s.final = store_->get(keys::kFinal, kSlice);
+  s.gone = counter(keys::goneKey(round));
+  s.waiting = counter(roundKey(round, keys::kWaiting));
+  s.done = counter(roundKey(round, keys::kDone));
+  s.restarts = counter(keys::kRestarts);
+  if (store_->check({keys::kSucceeded})) {
+    s.succeeded = parseDecimal(store_->get(keys::kSucceeded, kSlice)).value_or(-1);
   }
-  s.agents = counter(agentsKey());
+  s.agents = counter(keys::kAgents);
   return s;
 }
 
@@ -422,52 +426,51 @@ bool DynamicRendezvous::advance(std::int64_t round, AdvanceReason reason, int ma
   // is idempotent, and every node that asks runs them all, claim won or not: a claimant that
   // dies half-way (its connection closing makes the others ask) leaves nothing stuck, and no
   // step happens twice in effect.
-  const std::string mine =
-      std::string(reason == AdvanceReason::kFailure ? "failure " : "membership ") +
-      nodeId(me_.host, me_.pid, nonce_);
+  const std::string mine = keys::claimValue(reason, me_.member);
   // A round in which some node's workers all succeeded never restarts: that would run a
   // finished script again. A failure then ends the job; a membership change changes nothing.
-  if (const std::int64_t done = counter(roundKey(round, "done")); done > 0) {
+  if (const std::int64_t done = counter(roundKey(round, keys::kDone)); done > 0) {
     if (reason != AdvanceReason::kFailure) return false;
     const std::string final =
         nlohmann::json{{"reason", "failed_after_success"}, {"round", round}, {"done", done}}.dump();
-    const bool decidedHere = store_->compareSet("final", "", final) == final;
-    store_->add(epochKey(), 1);
+    const bool decidedHere = store_->compareSet(keys::kFinal, "", final) == final;
+    store_->add(keys::kEpoch, 1);
     if (decidedHere) {
       log_->warn("rendezvous: round {} failed after {} node(s) had finished it; it cannot restart",
                  round, done);
     }
     return decidedHere;
   }
-  const Bytes claim = store_->compareSet(roundKey(round, "advance"), "", mine);
+  const Bytes claim = store_->compareSet(roundKey(round, keys::kAdvance), "", mine);
   const bool decidedHere = claim == mine;
-  const bool failure = claim.rfind("failure ", 0) == 0;
+  const auto parsed = keys::parseClaim(claim);
+  const bool failure = parsed && parsed->reason == AdvanceReason::kFailure;
   // Who will be back: the members still connected plus the nodes that came too late.
-  const std::int64_t closed = store_->check({roundKey(round, "closed")})
-                                  ? number(*store_, roundKey(round, "closed"),
-                                           store_->get(roundKey(round, "closed"), kSlice))
+  const std::int64_t closed = store_->check({roundKey(round, keys::kClosed)})
+                                  ? number(*store_, roundKey(round, keys::kClosed),
+                                           store_->get(roundKey(round, keys::kClosed), kSlice))
                                   : 0;
-  const std::int64_t back =
-      joinedNodes(closed) - counter(goneKey(round)) + counter(roundKey(round, "waiting"));
+  const std::int64_t back = joinedNodes(closed) - counter(keys::goneKey(round)) +
+                            counter(roundKey(round, keys::kWaiting));
   if (failure) {
     // This round's count is fixed once (r<R>/restarts); the job-wide counter only ever rises to
     // it, so a late helper of an older round cannot lower it.
     const std::int64_t restarts =
-        number(*store_, roundKey(round, "restarts"),
-               store_->compareSet(roundKey(round, "restarts"), "",
-                                  std::to_string(counter("restarts") + 1)));
-    for (std::int64_t now = counter("restarts"); now < restarts;) {
+        number(*store_, roundKey(round, keys::kRoundRestarts),
+               store_->compareSet(roundKey(round, keys::kRoundRestarts), "",
+                                  std::to_string(counter(keys::kRestarts) + 1)));
+    for (std::int64_t now = counter(keys::kRestarts); now < restarts;) {
       const Bytes seen =
-          store_->compareSet("restarts", std::to_string(now), std::to_string(restarts));
-      now = seen == std::to_string(now) ? restarts : number(*store_, "restarts", seen);
+          store_->compareSet(keys::kRestarts, std::to_string(now), std::to_string(restarts));
+      now = seen == std::to_string(now) ? restarts : number(*store_, keys::kRestarts, seen);
     }
     if (restarts > maxRestarts) {
       nlohmann::json final = {{"reason", "max_restarts"},
                               {"round", round},
                               {"restarts", restarts - 1},
                               {"max_restarts", maxRestarts}};
-      store_->compareSet("final", "", final.dump());
-      store_->add(epochKey(), 1);
+      store_->compareSet(keys::kFinal, "", final.dump());
+      store_->add(keys::kEpoch, 1);
       if (decidedHere) {
         log_->warn("rendezvous: round {} failed and the {} restart(s) allowed are used up", round,
                    maxRestarts);
@@ -475,12 +478,14 @@ bool DynamicRendezvous::advance(std::int64_t round, AdvanceReason reason, int ma
       return decidedHere;
     }
   }
-  store_->compareSet(roundKey(round + 1, "expect"), "",
+  store_->compareSet(roundKey(round + 1, keys::kExpect), "",
                      std::to_string(std::clamp<std::int64_t>(back, 1, settings_.maxNodes)));
-  counter("round");  // CAS on a missing key stores nothing; "round" exists once anyone joined
-  store_->compareSet("round", std::to_string(round), std::to_string(round + 1));
-  store_->compareSet(roundKey(round + 1, "opened"), "", failure ? "failure" : "membership");
-  store_->add(epochKey(), 1);
+  counter(keys::kRound);  // CAS on a missing key stores nothing; "round" exists once anyone joined
+  store_->compareSet(keys::kRound, std::to_string(round), std::to_string(round + 1));
+  store_->compareSet(roundKey(round + 1, keys::kOpened), "",
+                     std::string(keys::openedValue(failure ? AdvanceReason::kFailure
+                                                           : AdvanceReason::kMembership)));
+  store_->add(keys::kEpoch, 1);
   if (decidedHere) {
     log_->info("rendezvous: round {} ends ({}); round {} is open", round,
                failure ? "worker failure" : "membership change", round + 1);
@@ -493,13 +498,13 @@ bool DynamicRendezvous::advance(std::int64_t round, AdvanceReason reason, int ma
 }
 
 void DynamicRendezvous::reportFailure(std::int64_t round, const std::string& failureJson) {
-  store_->append(roundKey(round, "failures"), failureJson + "\n");
-  store_->add(epochKey(), 1);
+  store_->append(roundKey(round, keys::kFailures), failureJson + "\n");
+  store_->add(keys::kEpoch, 1);
 }
 
 std::vector<std::string> DynamicRendezvous::failuresOf(Store& job, std::int64_t round) {
   std::vector<std::string> out;
-  const std::string key = roundKey(round, "failures");
+  const std::string key = roundKey(round, keys::kFailures);
   if (!job.check({key})) return out;
   const Bytes all = job.get(key, kSlice);
   std::size_t start = 0;
@@ -513,11 +518,11 @@ std::vector<std::string> DynamicRendezvous::failuresOf(Store& job, std::int64_t 
 }
 
 std::int64_t DynamicRendezvous::markDone(std::int64_t round, int groupWorldSize) {
-  std::int64_t done = store_->add(roundKey(round, "done"), 1);
+  std::int64_t done = store_->add(roundKey(round, keys::kDone), 1);
   // Only the last one wakes everybody: N nodes finishing must not cost N x N state reads.
   if (done >= groupWorldSize) {
-    store_->set("succeeded", std::to_string(round));
-    store_->add(epochKey(), 1);
+    store_->set(keys::kSucceeded, std::to_string(round));
+    store_->add(keys::kEpoch, 1);
   }
   return done;
 }

@@ -4,7 +4,8 @@
 // round's counter, which packs `nodes << 32 | procs`, hands each node its group rank and its global
 // rank offset at once; the round closes with one COMPARE_SET of its `closed` key, whose value is
 // the counter as it stood then. A node whose index is past the closed count waits for the next
-// round. Keys, all under the job's PrefixStore ("dtrun/<run id>"):
+// round. Keys (their names: rendezvous/rendezvous_keys.h), all under the job's PrefixStore
+// ("dtrun/<run id>"):
 //
 //   round              the open round (a counter; moved only by the winner of `advance`)
 //   epoch              bumped by every event an agent must look at (watchers WAIT_CHANGE it)
@@ -40,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "rendezvous/rendezvous_keys.h"
 #include "rendezvous/store.h"
 
 namespace dtrun::rendezvous {
@@ -51,6 +53,9 @@ struct NodeInfo {
   int pid = 0;       ///< agent pid
   int nproc = 1;     ///< workers on this node
   std::string role = "default";
+  /// The agent's member id (keys::memberId: "host:pid:nonce"), which names its status keys;
+  /// "" in descriptions written before agents published one.
+  std::string member;
 };
 void to_json(nlohmann::json& j, const NodeInfo& n);
 void from_json(const nlohmann::json& j, NodeInfo& n);
@@ -93,12 +98,12 @@ struct JobState {
   std::int64_t agents = 0;
 };
 
-/// Why a round ends early.
-enum class AdvanceReason { kFailure, kMembership };
+using keys::AdvanceReason;
 
 class DynamicRendezvous {
  public:
-  /// `store`: the job's store. `registerMember(round)` runs before this node joins `round`; the
+  /// `store`: the job's store. `me.member` names this agent in its claims (one is made when
+  /// empty). `registerMember(round)` runs before this node joins `round`; the
   /// TCP layer makes the server bump r<round>/gone and epoch when this node's connection closes
   /// (unit tests pass a function that does nothing, and simulate deaths by hand). `cancelled`
   /// is polled between waits. Blocking; one thread at a time.
@@ -135,18 +140,8 @@ class DynamicRendezvous {
   /// nodes have so far. The last one bumps the epoch.
   std::int64_t markDone(std::int64_t round, int groupWorldSize);
 
-  /// The key watchers WAIT_CHANGE on, and the key of a round's gone-counter.
-  static std::string epochKey() { return "epoch"; }
-  static std::string goneKey(std::int64_t round) { return roundKey(round, "gone"); }
-  static std::string agentsKey() { return "agents"; }
-  static std::string roundKey(std::int64_t round, const std::string& name) {
-    // Built by appending: GCC 12 at -O3 reports a false -Wrestrict for "r" + to_string(...).
-    std::string key = "r";
-    key += std::to_string(round);
-    key += '/';
-    key += name;
-    return key;
-  }
+  /// This agent's member id (NodeInfo::member, made when the caller gave none).
+  const std::string& member() const { return me_.member; }
 
  private:
   enum class Outcome { kJoined, kLate };
@@ -175,14 +170,10 @@ class DynamicRendezvous {
   std::function<void(std::int64_t)> registerMember_;
   std::shared_ptr<spdlog::logger> log_;
   std::function<bool()> cancelled_;
-  std::string nonce_;  // tells apart two agents with the same host and pid (containers)
 };
 
-/// Packs and unpacks the join counter: nodes in the high 32 bits, processes in the low 32.
-constexpr std::int64_t packJoin(std::int64_t nodes, std::int64_t procs) {
-  return (nodes << 32) | procs;
-}
-constexpr int joinedNodes(std::int64_t packed) { return static_cast<int>(packed >> 32); }
-constexpr int joinedProcs(std::int64_t packed) { return static_cast<int>(packed & 0xffffffff); }
+using keys::joinedNodes;
+using keys::joinedProcs;
+using keys::packJoin;
 
 }  // namespace dtrun::rendezvous

@@ -26,12 +26,12 @@ std::int64_t JobRecord::finalRound() const {
 
 JobRecord readJobRecord(Store& job) {
   JobRecord o;
-  if (job.check({"succeeded"})) {
-    o.succeeded = parseDecimal(job.get("succeeded", kRead));
+  if (job.check({keys::kSucceeded})) {
+    o.succeeded = parseDecimal(job.get(keys::kSucceeded, kRead));
     if (!o.succeeded) o.succeeded = -1;  // on record, but not a round number: still over
   }
-  if (job.check({"final"})) {
-    o.final = job.get("final", kRead);
+  if (job.check({keys::kFinal})) {
+    o.final = job.get(keys::kFinal, kRead);
     if (const std::int64_t round = o.finalRound(); round >= 0) {
       o.failures = DynamicRendezvous::failuresOf(job, round);
     }

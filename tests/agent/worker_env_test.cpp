@@ -70,8 +70,8 @@ TEST_CASE("mixed roles: role ranks count the nodes of the same role only", "[age
   c.role = "trainer";
   RoundInfo r = roundOf(0, 2, 3, 2);
   r.mixedRoles = true;
-  r.nodes = {NodeInfo{"a", "a", 11, 2, "trainer"}, NodeInfo{"b", "b", 12, 2, "reader"},
-             NodeInfo{"c", "c", 13, 2, "trainer"}};
+  r.nodes = {NodeInfo{"a", "a", 11, 2, "trainer", ""}, NodeInfo{"b", "b", 12, 2, "reader", ""},
+             NodeInfo{"c", "c", 13, 2, "trainer", ""}};
   Env env = envMap(workerEnv(c, r, 1, WorkerStore{"h", 1}, ""));
   CHECK(env.at("RANK") == "5");
   CHECK(env.at("ROLE_NAME") == "trainer");

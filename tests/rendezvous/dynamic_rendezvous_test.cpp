@@ -243,7 +243,7 @@ TEST_CASE("rendezvous: min < max closes after last call with the nodes that came
   std::vector<std::thread> first;
   for (int i = 0; i < 2; ++i) first.emplace_back([&, i] { infos[i] = nodes[i].rdzv->join(); });
   // The round's join counter packs nodes << 32 | processes.
-  const auto joinKey = DynamicRendezvous::roundKey(0, "join");
+  const auto joinKey = keys::roundKey(0, keys::kJoin);
   CHECK(pollUntil([&] { return (nodes[0].store->add(joinKey, 0) >> 32) == 2; }));
   auto quick = settings(2, 5);
   quick.lastCallTimeout = 200ms;
@@ -270,7 +270,7 @@ TEST_CASE("rendezvous: a node past max waits for the next round, which the other
   auto& probe = first[0];
   REQUIRE(pollUntil([&] { return probe.rdzv->state(0).waiting == 1; }));
   // The group is full (max 2), so no restart for the late node; now node 1 dies.
-  probe.store->add(DynamicRendezvous::goneKey(0), 1);
+  probe.store->add(keys::goneKey(0), 1);
   auto s = probe.rdzv->state(0);
   CHECK(s.gone == 1);
   // Both survivors see it; exactly one of them opens round 1, not counted as a failure.
@@ -433,9 +433,9 @@ TEST_CASE("rendezvous: a node that dies half-way through ending a round stalls n
     }
     CHECK(*died == !decided);  // it either died or got through every step
     // Did it die after its claim? Then its reason (a failure) stands.
-    const auto claimKey = DynamicRendezvous::roundKey(0, "advance");
+    const auto claimKey = keys::roundKey(0, keys::kAdvance);
     const bool claimed = nodes[1].store->check({claimKey});
-    nodes[1].store->add(DynamicRendezvous::goneKey(0), 1);  // what its closing connection does
+    nodes[1].store->add(keys::goneKey(0), 1);  // what its closing connection does
     // The survivors see a member gone and ask to end the round, as their agents do.
     CHECK(nodes[1].rdzv->advance(0, AdvanceReason::kMembership, 5) == !claimed);
     CHECK_FALSE(nodes[2].rdzv->advance(0, AdvanceReason::kMembership, 5));
@@ -443,7 +443,7 @@ TEST_CASE("rendezvous: a node that dies half-way through ending a round stalls n
     CHECK(s.round == 1);
     CHECK(s.restarts == (claimed ? 1 : 0));  // the dead node's failure, counted once
     CHECK_FALSE(s.final);
-    CHECK(nodes[1].store->get(DynamicRendezvous::roundKey(1, "opened"), 1s) ==
+    CHECK(nodes[1].store->get(keys::roundKey(1, keys::kOpened), 1s) ==
           (claimed ? "failure" : "membership"));
     // Round 1 may have to close by its last call (when the doomed node's `expect` counted
     // itself): a short one, which cannot close early, since its MIN is both survivors.
@@ -582,7 +582,7 @@ TEST_CASE("rendezvous: a node too late for a full round says what it waits for",
   REQUIRE(pollUntil([&] { return chat.lines().find("for round 1 to open") != std::string::npos; }));
   CHECK_THAT(chat.lines(), Catch::Contains("round 0 runs without this node (1 node(s), max 1)"));
   // The running node leaves: round 1 opens and the late node is in it.
-  first.store->add(DynamicRendezvous::goneKey(0), 1);
+  first.store->add(keys::goneKey(0), 1);
   CHECK(first.rdzv->advance(0, AdvanceReason::kMembership, 0));
   t.join();
 }
@@ -594,7 +594,7 @@ TEST_CASE("rendezvous: a round some node finished never restarts", "[rdzv]") {
   joinAll(nodes);
   CHECK(nodes[0].rdzv->markDone(0, 3) == 1);
   // A member leaves: nothing ends (the others' workers go on).
-  nodes[1].store->add(DynamicRendezvous::goneKey(0), 1);
+  nodes[1].store->add(keys::goneKey(0), 1);
   CHECK_FALSE(nodes[2].rdzv->advance(0, AdvanceReason::kMembership, 5));
   auto s = nodes[2].rdzv->state(0);
   CHECK(s.round == 0);
