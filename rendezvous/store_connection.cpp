@@ -12,14 +12,16 @@ namespace dtrun::rendezvous {
 
 StoreConnection::StoreConnection(StoreCore& core, StoreCore::ClientId id,
                                  const wire::Limits& limits, std::size_t maxReplyBytes,
-                                 ConnectionBytes& total, std::string peer, std::string_view token)
+                                 ConnectionBytes& total, std::string peer, std::string_view token,
+                                 RequestCounts* counts)
     : core_(core),
       id_(id),
       decoder_(limits),
       maxReplyBytes_(maxReplyBytes),
       total_(total),
       peer_(std::move(peer)),
-      token_(token) {}
+      token_(token),
+      counts_(counts) {}
 
 StoreConnection::~StoreConnection() { close(); }
 
@@ -42,6 +44,9 @@ void StoreConnection::close() {
 std::string StoreConnection::receive(std::string_view bytes) {
   std::string reason;
   try {
+    // Only connections with close actions (agents' membership) are timed: workers' traffic
+    // costs nothing here.
+    if (hasCloseActions_ && !bytes.empty()) core_.noteHeard(id_, StoreCore::Clock::now());
     while (!bytes.empty()) {
       wire::DecodeResult r = decoder_.feed(bytes);
       bytes.remove_prefix(r.consumed);
@@ -123,6 +128,7 @@ bool readsOnly(wire::Op op) {
     case wire::Op::kWait:
     case wire::Op::kMultiGet:
     case wire::Op::kWaitChange:
+    case wire::Op::kHeard:
       return true;
     default:
       return false;
@@ -177,6 +183,7 @@ void StoreConnection::noteWriters(const wire::Request& req) {
 }
 
 void StoreConnection::handle(wire::Request& req) {
+  if (counts_) ++counts_->byOp[static_cast<std::size_t>(req.op)];
   checkAccess(req);
   serve(req);
   noteWriters(req);
@@ -295,6 +302,8 @@ void StoreConnection::serve(wire::Request& req) {
       throw ProtocolError("WATCH_KEY (torch 1.13 only, unused by torchrun) is not supported");
     case wire::Op::kAddOnClose:
       core.addOnClose(id_, req.keys[0], req.number);
+      hasCloseActions_ = true;
+      core.noteHeard(id_, StoreCore::Clock::now());
       break;
     case wire::Op::kLease:
       lease_ = std::chrono::milliseconds(req.word);
@@ -319,6 +328,16 @@ void StoreConnection::serve(wire::Request& req) {
     case wire::Op::kWriter: {
       const std::string* who = core.writerOf(req.keys[0]);
       wire::encodeValueReply(&out, who ? std::string_view(*who) : std::string_view());
+      break;
+    }
+    case wire::Op::kHeard: {
+      // At most 20 digits per key, known before a byte is built.
+      admitReply(req.keys.size() * wire::valueReplySize(20), req);
+      const auto now = StoreCore::Clock::now();
+      for (const auto& k : req.keys) {
+        const auto ago = core.heardAgo(k, now);
+        wire::encodeValueReply(&out, ago ? std::to_string(ago->count()) : std::string());
+      }
       break;
     }
   }

@@ -9,6 +9,7 @@
 // reason to close this one connection: receive() never throws (docs/store.md).
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <optional>
@@ -35,13 +36,18 @@ struct ConnectionBytes {
   std::size_t held = 0;
 };
 
+/// Requests served, by operation, over every connection of one server (its metrics).
+struct RequestCounts {
+  std::array<std::uint64_t, wire::kOpCount> byOp{};
+};
+
 class StoreConnection {
  public:
   /// `peer` names the client as the core's writer records give it; `token` (empty: none) is the
   /// shared secret a client must present to touch protected keys; it must outlive this.
   StoreConnection(StoreCore& core, StoreCore::ClientId id, const wire::Limits& limits,
                   std::size_t maxReplyBytes, ConnectionBytes& total, std::string peer = {},
-                  std::string_view token = {});
+                  std::string_view token = {}, RequestCounts* counts = nullptr);
   /// close(), if not done yet. The core must still exist.
   ~StoreConnection();
   /// The client is gone: forgets its parked operation, runs its close actions, gives its bytes
@@ -103,7 +109,9 @@ class StoreConnection {
   std::optional<std::chrono::milliseconds> lease_;
   std::string peer_;
   std::string_view token_;
+  RequestCounts* counts_;
   bool authenticated_ = false;
+  bool hasCloseActions_ = false;  // DTRUN_HEARD times this connection
   bool closed_ = false;
 };
 

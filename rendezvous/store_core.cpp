@@ -263,6 +263,21 @@ void StoreCore::addOnClose(ClientId client, const std::string& key, std::int64_t
                        std::to_string(kMaxCloseActions) + " close actions");
   }
   actions.emplace_back(key, delta);
+  closeKeyOwner_[key] = client;
+}
+
+void StoreCore::noteHeard(ClientId client, Clock::time_point now) {
+  if (closeActions_.count(client)) heard_[client] = now;
+}
+
+std::optional<std::chrono::milliseconds> StoreCore::heardAgo(const std::string& key,
+                                                             Clock::time_point now) const {
+  auto owner = closeKeyOwner_.find(key);
+  if (owner == closeKeyOwner_.end()) return std::nullopt;
+  auto when = heard_.find(owner->second);
+  if (when == heard_.end()) return std::nullopt;
+  return std::max(std::chrono::milliseconds(0),
+                  std::chrono::duration_cast<std::chrono::milliseconds>(now - when->second));
 }
 
 void StoreCore::dropClient(ClientId client) {
@@ -271,7 +286,12 @@ void StoreCore::dropClient(ClientId client) {
   if (it == closeActions_.end()) return;
   auto actions = std::move(it->second);
   closeActions_.erase(it);
+  heard_.erase(client);
   for (const auto& [key, delta] : actions) {
+    if (auto owner = closeKeyOwner_.find(key);
+        owner != closeKeyOwner_.end() && owner->second == client) {
+      closeKeyOwner_.erase(owner);
+    }
     try {
       add(key, delta);
     } catch (const Error&) {

@@ -15,6 +15,7 @@
 // (synchronously, inside the write that completed it); it must not call back into the core.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -104,6 +105,16 @@ class StoreCore {
   /// The client went away: forget its parked operation, run its close actions.
   void dropClient(ClientId client);
 
+  using Clock = std::chrono::steady_clock;
+  /// `client`, which has close actions, sent something at `now` (what DTRUN_HEARD tells).
+  void noteHeard(ClientId client, Clock::time_point now);
+  /// DTRUN_HEARD: how long before `now` the connection that last registered a close action on
+  /// `key` was heard from; nullopt when no open connection holds one (it closed: the action
+  /// ran). An agent's membership connection pings every keep-alive interval, so this is how
+  /// long ago the store last heard from that agent.
+  std::optional<std::chrono::milliseconds> heardAgo(const std::string& key,
+                                                    Clock::time_point now) const;
+
   /// Records `who` (a client's address) as the last writer of `key`, for error messages
   /// (DTRUN_WRITER). Best effort: skipped when the record would pass the quota. The server
   /// records the protected keys only (docs/store.md, "Shared secret").
@@ -151,6 +162,10 @@ class StoreCore {
   std::unordered_map<std::string, std::vector<ClientId>> waiters_;
   std::unordered_map<ClientId, Parked> parked_;
   std::unordered_map<ClientId, std::vector<std::pair<std::string, std::int64_t>>> closeActions_;
+  // DTRUN_HEARD: the client whose close action on a key came last, and when each client with
+  // close actions was last heard from. Bounded as the close actions are.
+  std::unordered_map<std::string, ClientId> closeKeyOwner_;
+  std::unordered_map<ClientId, Clock::time_point> heard_;
   std::unordered_map<std::string, std::string> writers_;  // charged like entries
   WakeFn wake_;
   StoreQuota quota_;

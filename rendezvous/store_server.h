@@ -80,6 +80,10 @@ class StoreServer {
   std::size_t connectionCount() const { return sessions_.size(); }
   /// Bytes the store holds (keys, values, queues). Io thread only.
   std::size_t storedBytes() const { return core_.bytes(); }
+  /// Keys the store holds. Io thread only.
+  std::int64_t keyCount() const { return core_.numKeys(); }
+  /// Requests served so far, by operation. Io thread only.
+  const RequestCounts& requests() const { return requests_; }
 
  private:
   class Session;
@@ -113,6 +117,7 @@ class StoreServer {
   boost::asio::steady_timer warningFlush_;
   StoreCore core_;
   ConnectionBytes connectionBytes_;
+  RequestCounts requests_;
   WarningLimiter warnings_;
   bool flushArmed_ = false;
   int spareFd_ = -1;  // closed to accept-and-refuse a connection when descriptors run out

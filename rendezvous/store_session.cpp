@@ -26,7 +26,7 @@ StoreServer::Session::Session(StoreServer& server, tcp::socket socket, StoreCore
       socket_(std::move(socket)),
       peer_(peerOf(socket_)),
       conn_(server.core_, id, server.options_.limits, server.options_.maxReplyBytes,
-            server.connectionBytes_, peer_, server.options_.token),
+            server.connectionBytes_, peer_, server.options_.token, &server.requests_),
       timer_(server.io_) {
   boost::system::error_code ec;
   socket_.set_option(tcp::no_delay(true), ec);

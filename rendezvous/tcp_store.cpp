@@ -99,6 +99,7 @@ bool repeatable(Op op) {
     case Op::kListKeys:
     case Op::kWaitChange:
     case Op::kWriter:
+    case Op::kHeard:
       return true;
     default:
       return false;

@@ -114,6 +114,14 @@ class TcpStore : public Store {
   /// when unknown. The server records writers of protected keys only (docs/store.md).
   std::string writer(const std::string& key);
 
+  /// For each key, how long ago the server last heard from the open connection that holds a
+  /// close action on it (DTRUN_HEARD); nullopt when none does. One round trip.
+  std::vector<std::optional<std::chrono::milliseconds>> heard(const std::vector<std::string>& keys);
+
+  /// MULTI_GET without the WAIT before it: the values now, a missing key read as "" (as the
+  /// server answers it). For readers that must not wait on keys that may never come. Torch 2.x.
+  std::vector<Bytes> multiGetNow(const std::vector<std::string>& keys);
+
   /// Gives the connected (and, for torch 2.x, validated) socket to the caller, who owns it and
   /// speaks on it from then on; this client holds no connection afterwards. Connects first when
   /// needed (blocking, up to the connect timeout).

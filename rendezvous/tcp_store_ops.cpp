@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "common/decimal.h"
 #include "rendezvous/tcp_store.h"
 #include "rendezvous/wire.h"
 
@@ -174,6 +175,27 @@ std::string TcpStore::writerOf(const std::string& k) {
 std::string TcpStore::writer(const std::string& k) {
   std::lock_guard lock(mutex_);
   return std::move(call(makeRequest(Op::kWriter, {key(k)}), "writer of " + key(k)).values.at(0));
+}
+
+std::vector<std::optional<milliseconds>> TcpStore::heard(const std::vector<std::string>& keys) {
+  std::lock_guard lock(mutex_);
+  wire::Request req = makeRequest(Op::kHeard);
+  for (const auto& k : keys) req.keys.push_back(key(k));
+  const auto values = call(req, "heard " + joinKeys(req.keys)).values;
+  std::vector<std::optional<milliseconds>> out;
+  for (const auto& v : values) {
+    const auto ms = parseDecimal(v);
+    out.push_back(ms ? std::optional<milliseconds>(*ms) : std::nullopt);
+  }
+  return out;
+}
+
+std::vector<Bytes> TcpStore::multiGetNow(const std::vector<std::string>& keys) {
+  requireTorch2("MULTI_GET");
+  std::lock_guard lock(mutex_);
+  wire::Request req = makeRequest(Op::kMultiGet);
+  for (const auto& k : keys) req.keys.push_back(key(k));
+  return std::move(call(req, "multi_get " + joinKeys(req.keys)).values);
 }
 
 Bytes TcpStore::waitChange(const std::string& k, const Bytes& old, milliseconds timeout) {

@@ -56,7 +56,11 @@ enum class Op : std::uint8_t {
   kLease,       // u32 ms: the server closes this connection when it sends nothing for that long
   kAuth,        // bytes: the shared secret (docs/store.md, "Shared secret"); u8 reply
   kWriter,      // key: the address of the client that last wrote key (protected keys only)
+  kHeard,       // keys: per key, ms since the connection with a close action on it last sent
+                // anything ("" when no open connection has one): the agents' last heard
 };
+/// How many operations Op names (for tables indexed by Op).
+inline constexpr std::size_t kOpCount = static_cast<std::size_t>(Op::kHeard) + 1;
 
 constexpr std::uint32_t kValidationMagic = 0x3C85F7CE;
 // CheckResponseType, WaitResponseType (torch/csrc/distributed/c10d/TCPStoreBackend.hpp).
@@ -126,7 +130,7 @@ const char* opName(Op op);
 //           DTRUN_AUTH (accepted, refused, not required)
 //   u32:    PING (the nonce)
 //   i64:    ADD GETNUMKEYS DELETE_KEY (1/0) QUEUE_LEN
-//   bytes:  GET COMPARE_SET DTRUN_WRITER; MULTI_GET: one per key
+//   bytes:  GET COMPARE_SET DTRUN_WRITER; MULTI_GET DTRUN_HEARD: one per key
 //   QUEUE_POP: i64 length before the pop, then bytes when it was > 0
 //   LIST_KEYS: i64 count, then that many bytes
 

@@ -219,7 +219,7 @@ void ReplyDecoder::expect(const Request& request) {
   reply_.values.clear();
   reader_.start(&replyProgram(request.op), &unusedKeys_, &reply_.values, &reply_.status,
                 &reply_.word, &reply_.number,
-                request.op == Op::kMultiGet ? request.keys.size() : 0);
+                request.op == Op::kMultiGet || request.op == Op::kHeard ? request.keys.size() : 0);
 }
 
 DecodeResult ReplyDecoder::feed(std::string_view data) {

@@ -21,7 +21,7 @@ enum class Layout : std::uint8_t {
   kKeyValue,      // SET, APPEND, QUEUE_PUSH, WAIT_CHANGE
   kKeyTwoValues,  // COMPARE_SET
   kKeyNumber,     // ADD, BARRIER, ADD_ON_CLOSE
-  kKeyList,       // CHECK, WAIT, MULTI_GET
+  kKeyList,       // CHECK, WAIT, MULTI_GET, DTRUN_HEARD
   kKeyValueList,  // MULTI_SET
   kValue,         // DTRUN_AUTH (a value, not a key: values never reach the logs)
 };
@@ -37,7 +37,7 @@ inline constexpr int kDtrunBase = 128;
 
 // Indexed by Op. Sources: 1.13 TCPStore.cpp (anonymous-namespace QueryType) and newest
 // TCPStoreBackend.hpp (torch/csrc/distributed/c10d/); both checked against real servers.
-inline constexpr std::array<OpInfo, 25> kOps = {{
+inline constexpr std::array<OpInfo, kOpCount> kOps = {{
     {"VALIDATE", Layout::kWord, -1, 0},
     {"SET", Layout::kKeyValue, 0, 1},
     {"COMPARE_SET", Layout::kKeyTwoValues, 1, 2},
@@ -63,9 +63,10 @@ inline constexpr std::array<OpInfo, 25> kOps = {{
     {"DTRUN_LEASE", Layout::kWord, kDtrunBase + 2, kDtrunBase + 2},
     {"DTRUN_AUTH", Layout::kValue, kDtrunBase + 3, kDtrunBase + 3},
     {"DTRUN_WRITER", Layout::kKey, kDtrunBase + 4, kDtrunBase + 4},
+    {"DTRUN_HEARD", Layout::kKeyList, kDtrunBase + 5, kDtrunBase + 5},
 }};
 
-static_assert(kOps.size() == static_cast<std::size_t>(Op::kWriter) + 1, "kOps covers every Op");
+static_assert(kOps.size() == static_cast<std::size_t>(Op::kHeard) + 1, "kOps covers every Op");
 
 inline const OpInfo& info(Op op) { return kOps[static_cast<std::size_t>(op)]; }
 
@@ -146,6 +147,7 @@ inline const Program& replyProgram(Op op) {
     case Op::kWriter:
       return kValueReply;
     case Op::kMultiGet:
+    case Op::kHeard:
       return kValuesReply;
     case Op::kQueuePop:
       return kQueuePopReply;

@@ -46,15 +46,6 @@ void expectPingNext(RawConn& c, std::uint32_t nonce) {
   CHECK(c.recvU32() == nonce);
 }
 
-TcpStoreOptions clientOptions(std::uint16_t port, Dialect dialect = Dialect::kTorch2) {
-  TcpStoreOptions o;
-  o.port = port;
-  o.dialect = dialect;
-  o.connectTimeout = 20s;
-  o.timeout = 20s;
-  return o;
-}
-
 }  // namespace
 
 TEST_CASE("server: stepping the io_context, PING is echoed and stop() lets run() return",

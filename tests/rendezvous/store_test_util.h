@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "rendezvous/store_server.h"
+#include "rendezvous/tcp_store.h"
 #include "rendezvous/wire.h"
 
 namespace dtrun::rendezvous::test {
@@ -92,6 +93,17 @@ class CapturedLog {
   std::shared_ptr<StringSink> sink_;
   std::shared_ptr<spdlog::logger> logger_;
 };
+
+/// A client of a test server on loopback, with generous deadlines.
+inline TcpStoreOptions clientOptions(std::uint16_t port,
+                                     wire::Dialect dialect = wire::Dialect::kTorch2) {
+  TcpStoreOptions o;
+  o.port = port;
+  o.dialect = dialect;
+  o.connectTimeout = std::chrono::seconds(20);
+  o.timeout = std::chrono::seconds(20);
+  return o;
+}
 
 inline StoreServerOptions loopbackOptions() {
   StoreServerOptions o;

@@ -26,15 +26,6 @@ using wire::Dialect;
 
 namespace {
 
-TcpStoreOptions clientOptions(std::uint16_t port, Dialect dialect = Dialect::kTorch2) {
-  TcpStoreOptions o;
-  o.port = port;
-  o.dialect = dialect;
-  o.connectTimeout = 20s;
-  o.timeout = 20s;
-  return o;
-}
-
 // A loopback port that is bound but not listening: connecting to it is refused.
 class ReservedPort {
  public:

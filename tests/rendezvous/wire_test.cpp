@@ -121,6 +121,7 @@ std::vector<Golden> goldens() {
       {Op::kLease, {}, {}, 0, 1500, "82 DC 05 00 00", "82 DC 05 00 00"},
       {Op::kAuth, {}, {"v"}, 0, 0, "83 " + v, "83 " + v},
       {Op::kWriter, {"k"}, {}, 0, 0, "84 " + k, "84 " + k},
+      {Op::kHeard, {"a", "bc"}, {}, 0, 0, "85 " + twoKeys, "85 " + twoKeys},
   };
 }
 
@@ -261,7 +262,7 @@ TEST_CASE("wire: random requests survive encode then decode", "[store][wire]") {
         // Keep the golden's argument shape, with random contents.
         std::size_t nKeys = g.keys.size();
         if (g.op == Op::kCheck || g.op == Op::kWait || g.op == Op::kMultiGet ||
-            g.op == Op::kMultiSet) {
+            g.op == Op::kMultiSet || g.op == Op::kHeard) {
           nKeys = rng() % 5;
         }
         for (std::size_t i = 0; i < nKeys; ++i) req.keys.push_back(randomBytes(20));
@@ -313,9 +314,9 @@ TEST_CASE("wire: the opcode tables are exactly torch's, plus dtrun's from 128", 
       CHECK(opcodeOf(Dialect::kTorch2, *op) == code);
     }
   }
-  CHECK(known113 == std::set<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 128, 129, 130, 131, 132});
-  CHECK(known2 == std::set<int>{0,  1,  2,  3,  4,  5,  6,  7,   8,   9,   10,  11,
-                                12, 13, 14, 15, 16, 17, 18, 128, 129, 130, 131, 132});
+  CHECK(known113 == std::set<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 128, 129, 130, 131, 132, 133});
+  CHECK(known2 == std::set<int>{0,  1,  2,  3,  4,  5,  6,   7,   8,   9,   10,  11, 12,
+                                13, 14, 15, 16, 17, 18, 128, 129, 130, 131, 132, 133});
   CHECK(opOf(Dialect::kTorch113, 7) == Op::kWatchKey);
   CHECK(opOf(Dialect::kTorch2, 7) == Op::kNumKeys);
   CHECK(std::string(opName(Op::kCompareSet)) == "COMPARE_SET");
@@ -323,6 +324,7 @@ TEST_CASE("wire: the opcode tables are exactly torch's, plus dtrun's from 128", 
   CHECK(std::string(opName(Op::kLease)) == "DTRUN_LEASE");
   CHECK(std::string(opName(Op::kAuth)) == "DTRUN_AUTH");
   CHECK(std::string(opName(Op::kWriter)) == "DTRUN_WRITER");
+  CHECK(std::string(opName(Op::kHeard)) == "DTRUN_HEARD");
 }
 
 TEST_CASE("wire: unknown opcodes are bad frames in either table", "[store][wire]") {
@@ -468,6 +470,7 @@ std::vector<GoldenReply> goldenReplies() {
       {req(Op::kListKeys), L2 + L1 + "61 " + L1 + "62", reply(0, 0, 2, {"a", "b"})},
       {req(Op::kAuth), "01", reply(kAuthRefused, 0, 0, {})},
       {req(Op::kWriter, {"k"}), L1 + "76", reply(0, 0, 0, {"v"})},
+      {req(Op::kHeard, {"a", "b"}), L2 + "31 32 " + L0, reply(0, 0, 0, {"12", ""})},
   };
 }
 
