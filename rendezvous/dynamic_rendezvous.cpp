@@ -418,6 +418,12 @@ JobState DynamicRendezvous::state(std::int64_t round) {
     s.succeeded = parseDecimal(store_->get(keys::kSucceeded, kSlice)).value_or(-1);
   }
   s.agents = counter(keys::kAgents);
+  if (s.round > round && store_->check({roundKey(round, keys::kAdvance)})) {
+    // Read only once the round is over, for the restart's cause (the event log, the metrics).
+    if (auto claim = keys::parseClaim(store_->get(roundKey(round, keys::kAdvance), kSlice))) {
+      s.endedBy = keys::openedValue(claim->reason);
+    }
+  }
   return s;
 }
 

@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "rendezvous/rendezvous_keys.h"
 #include "rendezvous/store.h"
 
@@ -96,6 +97,8 @@ struct JobState {
   std::optional<std::int64_t> succeeded;  ///< the round in which every node's workers succeeded
   /// Agents still attached to the job (the c10d store counts them; 0 where nothing counts).
   std::int64_t agents = 0;
+  /// Once the job is past the asked round: why that round ended, "failure" or "membership".
+  std::string endedBy;
 };
 
 using keys::AdvanceReason;

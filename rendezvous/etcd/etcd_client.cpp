@@ -235,6 +235,15 @@ void EtcdClient::leaseRevoke(std::int64_t id) {
   }
 }
 
+std::optional<EtcdClient::LeaseTtl> EtcdClient::leaseTimeToLive(std::int64_t id) {
+  json j = call("/v3/lease/timetolive", {{"ID", std::to_string(id)}});
+  LeaseTtl t;
+  t.left = number(j, "TTL");
+  t.granted = number(j, "grantedTTL");
+  if (t.left < 0) return std::nullopt;  // etcd answers TTL -1 for a lease that is gone
+  return t;
+}
+
 std::unique_ptr<Watch> EtcdClient::watch(const std::string& key, const std::string& rangeEnd,
                                          std::int64_t startRevision) {
   return std::unique_ptr<Watch>(new Watch(*this, key, rangeEnd, startRevision));

@@ -119,6 +119,12 @@ class EtcdClient {
   /// Renews the lease; returns the TTL left (0: the lease is gone, its keys with it).
   std::int64_t leaseKeepAlive(std::int64_t id);
   void leaseRevoke(std::int64_t id);
+  /// The lease's TTL left and the TTL it was granted, in seconds; nullopt when it is gone.
+  struct LeaseTtl {
+    std::int64_t left = 0;
+    std::int64_t granted = 0;
+  };
+  std::optional<LeaseTtl> leaseTimeToLive(std::int64_t id);
 
   std::unique_ptr<Watch> watch(const std::string& key, const std::string& rangeEnd,
                                std::int64_t startRevision);
