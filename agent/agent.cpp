@@ -57,6 +57,14 @@ std::vector<int> adoptedChildren(const std::set<int>& workers) {
   return found;
 }
 
+// How a worker ended, for the event log, the metrics and the timeline.
+std::string workerOutcome(const ExitStatus& status, bool hung, Policy::State state) {
+  if (status.success()) return "succeeded";
+  if (hung) return "hung";
+  // While running, an exit is the worker's own failure; otherwise dtrun was stopping it.
+  return state == Policy::State::kRunning ? "failed" : "stopped";
+}
+
 PolicySettings policySettings(const LaunchConfig& config, const AgentContext& context,
                               const JobLink& job) {
   PolicySettings s;
@@ -70,7 +78,7 @@ PolicySettings policySettings(const LaunchConfig& config, const AgentContext& co
   s.servesOthers = job.servesOthers();
   s.dumpStacks = config.dumpStacks;
   s.exitBarrierTimeout = config.exitBarrierTimeout;
-  s.exitCode = config.exitCode;
+  s.exitCodes = config.exitCodes;
   return s;
 }
 
@@ -87,6 +95,7 @@ Agent::Agent(boost::asio::io_context& io, const LaunchConfig& config, JobLink& j
       logDir_(config.logDir, config.rdzv.runId),
       // --event-log-handler console: torchrun's console handler prints each event on stderr.
       events_(config.eventLog, config.eventLogHandler == "console" ? STDERR_FILENO : -1),
+      observer_(io, config, context_.hostname, job, policy_, log_),
       workers_(io, log_),
       forwarder_(io),
       signals_(io),
@@ -94,7 +103,15 @@ Agent::Agent(boost::asio::io_context& io, const LaunchConfig& config, JobLink& j
       finishTimer_(io),
       abortTimer_(io),
       exitBarrierTimer_(io),
-      stallTimer_(io) {}
+      stallTimer_(io) {
+  events_.setObserver([this](std::string_view event, const nlohmann::json& fields,
+                             std::chrono::system_clock::time_point when) {
+    observer_.onRecord(event, fields, when);
+  });
+  events_.setSource({{"host", context_.hostname}, {"agent_pid", static_cast<int>(::getpid())}});
+  observer_.setStoreStats(context_.storeStats);
+  observer_.setProgress([this] { return secondsSinceProgress(); });
+}
 
 int Agent::run() {
   // Orphans of our workers (daemonised grandchildren) are re-parented to us instead of init, so
@@ -119,6 +136,7 @@ int Agent::run() {
         events_, log_);
     standbys_->start();
   }
+  observer_.start(events_);
   job_.watch([this] { dispatch(event::JobChanged{}); },
              [this](std::string why) { dispatch(event::JobLost{job_.describe() + ": " + why}); });
   dispatch(event::Start{});
@@ -137,6 +155,7 @@ void Agent::dispatch(Event e) {
       if (finished_) break;
       execute(a);
     }
+    if (!finished_) observer_.afterEvent();
   }
   pending_.clear();
   dispatching_ = false;
@@ -153,6 +172,7 @@ void Agent::execute(Action& action) {
   std::visit(
       Overloaded{
           [&](action::Join&) {
+            events_.record("rendezvous_started");
             job_.join(guarded<rendezvous::RoundInfo>([this](Result<rendezvous::RoundInfo> r) {
               if (r.ok()) {
                 dispatch(event::Joined{*r.value});
@@ -164,6 +184,9 @@ void Agent::execute(Action& action) {
               } catch (const rendezvous::JobOverError& over) {
                 failed.over = over.record();
                 failed.failures = parseFailures(over.record().failures);
+              } catch (const TimeoutError&) {
+              } catch (const ConnectionError&) {
+                failed.lost = true;  // the store or etcd went away: the job was lost
               } catch (...) {
               }
               dispatch(std::move(failed));
@@ -247,7 +270,7 @@ void Agent::execute(Action& action) {
             }));
           },
           [&](action::CloseJob&) { job_.close(); },
-          [&](action::Finish& a) { finish(a.code); },
+          [&](action::Finish& a) { finish(a.code, a.outcome); },
       },
       action);
 }
@@ -295,6 +318,7 @@ void Agent::startWorkers(const rendezvous::RoundInfo& round, const WorkerStore& 
     specs.push_back(std::move(spec));
   }
   if (timer_) timer_->clear();  // a new group: nothing of the last one's stays armed
+  hungRanks_.clear();
   if (stacks_) stacks_->prune();
   std::vector<bool> warm(specs.size(), false);
   WorkerGroup::Adopt adopt;
@@ -379,7 +403,8 @@ void Agent::onWorkerExit(int localRank, ExitStatus status) {
        {"rank", round_.rankOffset + localRank},
        {"pid", w.pid()},
        {"exit_code", status.signal ? nlohmann::json(nullptr) : nlohmann::json(status.code)},
-       {"signal", status.signal ? nlohmann::json(*status.signal) : nlohmann::json(nullptr)}});
+       {"signal", status.signal ? nlohmann::json(*status.signal) : nlohmann::json(nullptr)},
+       {"outcome", workerOutcome(status, hungRanks_.count(localRank) != 0, policy_.state())}});
   if (!w.execError().empty()) log_->error("worker {}: {}", localRank, w.execError());
   reapOrphans();  // an orphan's zombie may have waited behind this worker's
   if (timer_) timer_->clearOwner(localRank);
@@ -503,10 +528,11 @@ void Agent::printReport(const std::vector<ProcessFailure>& failures) {
   }
 }
 
-void Agent::finish(int code) {
+void Agent::finish(int code, const JobOutcome& outcome) {
   if (finished_) return;
   finished_ = true;
-  log_->debug("agent: finished with exit code {}", code);
+  log_->debug("agent: finished ({}) with exit code {}", outcomeName(outcome.kind), code);
+  observer_.finished(events_, outcome, code);
   logDir_.removeIfEmpty();
   finishTimer_.cancel();
   abortTimer_.cancel();
@@ -581,6 +607,7 @@ void Agent::onTimerExpired(const TimerExpiry& e) {
 }
 
 void Agent::killHung(const action::KillHung& a) {
+  hungRanks_.insert(a.localRanks.begin(), a.localRanks.end());
   auto kill = [this, ranks = a.localRanks, signo = a.signo] {
     for (int lr : ranks) workers_.stopOne(lr, signo, config_.shutdownTimeout);
   };
@@ -603,12 +630,22 @@ void Agent::killHung(const action::KillHung& a) {
 }
 
 void Agent::armStallWatch() {
+  groupStarted_ = std::chrono::steady_clock::now();  // also the metrics' start of progress
   if (!config_.stallTimeout) return;
-  groupStarted_ = std::chrono::steady_clock::now();
   stallTimer_.expires_at(groupStarted_ + *config_.stallTimeout);
   stallTimer_.async_wait([this](boost::system::error_code ec) {
     if (!ec && !finished_) onStallWatch();
   });
+}
+
+std::optional<double> Agent::secondsSinceProgress() const {
+  if (policy_.state() != Policy::State::kRunning) return std::nullopt;
+  auto last = groupStarted_;
+  if (auto t = forwarder_.lastOutput()) last = std::max(last, *t);
+  if (timer_) {
+    if (auto t = timer_->lastRequest()) last = std::max(last, *t);
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - last).count();
 }
 
 void Agent::onStallWatch() {

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@
 #include "agent/launch_config.h"
 #include "agent/log_dir.h"
 #include "agent/log_forwarder.h"
+#include "agent/observer.h"
 #include "agent/orphan_guard.h"
 #include "agent/policy.h"
 #include "agent/stack_dump.h"
@@ -40,6 +42,8 @@ struct AgentContext {
   /// Descriptors besides 0, 1, 2 that the user handed dtrun: every worker gets them too, and
   /// nothing else of dtrun's.
   std::vector<int> userFds;
+  /// The node that serves the job's store: its counters, for the metrics.
+  StoreStatsFn storeStats;
 };
 
 class Agent {
@@ -50,8 +54,8 @@ class Agent {
   Agent(const Agent&) = delete;
   Agent& operator=(const Agent&) = delete;
 
-  /// Runs the job on this node until it ends; returns dtrun's exit code (0 success, 1 failure).
-  /// Blocks the calling thread, which runs the io_context.
+  /// Runs the job on this node until it ends; returns dtrun's exit code (--exit-codes:
+  /// agent/outcome.h). Blocks the calling thread, which runs the io_context.
   int run();
 
  private:
@@ -87,7 +91,11 @@ class Agent {
   /// The job's failure records (JSON each) as reports; an unreadable one is logged and skipped.
   std::vector<ProcessFailure> parseFailures(const std::vector<std::string>& records) const;
   void printReport(const std::vector<ProcessFailure>& failures);
-  void finish(int code);
+  /// Ends the run: `code` is what run() returns; `outcome` goes to the summary and the metrics.
+  void finish(int code, const JobOutcome& outcome);
+  /// Seconds since the workers' last output or timer request (or their start); nullopt while
+  /// they do not run.
+  std::optional<double> secondsSinceProgress() const;
   void armSignals();
   void armSigchld();
   /// Runs `done` with the result on this thread, unless the agent finished meanwhile.
@@ -102,6 +110,7 @@ class Agent {
   Policy policy_;
   LogDir logDir_;
   EventLog events_;
+  Observer observer_;  // status, metrics, summary (agent/observer.h)
   WorkerGroup workers_;
   LogForwarder forwarder_;
   /// The current round (as started) and its forwarded stream ids per local rank.
@@ -120,6 +129,7 @@ class Agent {
   std::chrono::steady_clock::time_point groupStarted_;
   // --prewarm: a standby interpreter per local rank that takes the next round's worker.
   std::unique_ptr<StandbyPool> standbys_;
+  std::set<int> hungRanks_;  // local ranks of this round dtrun is ending as hung
 
   std::deque<Event> pending_;
   bool dispatching_ = false;

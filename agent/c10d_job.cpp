@@ -78,6 +78,7 @@ void C10dJob::close() {
   ops_->interrupt();
   if (queue_) queue_->stop();
   if (probeThread_.joinable()) probeThread_.join();
+  storeLastStatus();
   recordReader_.cancel();  // bounded by its connection's deadlines
 }
 
@@ -98,9 +99,43 @@ void C10dJob::readRecord(std::function<void(Result<rendezvous::JobRecord>)> done
       std::move(done));
 }
 
+void C10dJob::publishStatus(std::string statusJson) {
+  if (stopping_) return;
+  lastStatus_ = statusJson;
+  lastStatusStored_ = false;
+  const auto seq = ++statusSeq_;
+  membership_->set(job_->joinKey(keys::agentStatusKey(options_.me.member)), statusJson,
+                   options_.heartbeatTimeout, [this, seq](const std::string& error) {
+                     if (error.empty() && seq == statusSeq_) lastStatusStored_ = true;
+                   });
+}
+
+void C10dJob::storeLastStatus() {
+  // The last status (how this agent ended) comes just before close(): it goes on a connection of
+  // its own, bounded, and not at all when the store is gone.
+  if (!lastStatus_ || lastStatusStored_ || lostReported_) return;
+  lastStatusStored_ = true;
+  TcpStoreOptions o = options_.store;
+  o.connectTimeout =
+      std::min<std::chrono::milliseconds>(options_.heartbeatTimeout, std::chrono::seconds(2));
+  o.timeout = o.connectTimeout;
+  try {
+    TcpStore last(o);
+    last.set(job_->joinKey(keys::agentStatusKey(options_.me.member)), *lastStatus_);
+    last.ping();
+  } catch (const std::exception& e) {
+    log_->debug("rendezvous: could not store this agent's last status: {}", e.what());
+  }
+}
+
 void C10dJob::registerMember(std::int64_t round) {
   std::vector<std::string> onClose;
-  if (!epochRegistered_) onClose.push_back(job_->joinKey(keys::kEpoch));
+  if (!epochRegistered_) {
+    onClose.push_back(job_->joinKey(keys::kEpoch));
+    // `dtrun status` reads this node's connection from it: set once it closes, and the key the
+    // store answers DTRUN_HEARD for.
+    onClose.push_back(job_->joinKey(keys::agentGoneKey(options_.me.member)));
+  }
   epochRegistered_ = true;
   onClose.push_back(job_->joinKey(keys::goneKey(round)));
   auto promise = std::make_shared<std::promise<std::string>>();

@@ -92,6 +92,9 @@ class C10dJob : public JobLink {
   void readRecord(std::function<void(Result<rendezvous::JobRecord>)> done) override;
   /// Sets the round's abort key (worker_runtime watches it) and confirms the server has it.
   void abortWorkers(std::int64_t round, std::string reason, std::function<void()> done) override;
+  /// On the membership connection (the io thread's), so a rendezvous in progress never holds
+  /// it up; the last one again at close() on a connection of its own.
+  void publishStatus(std::string statusJson) override;
   bool servesOthers() const override { return options_.hostsStore; }
   /// Cancels a join in progress and stops every thread (the connections close, so the other
   /// nodes see this node leave).
@@ -110,6 +113,8 @@ class C10dJob : public JobLink {
   /// dropped this agent, then report it lost.
   void probe(const std::string& error);
   std::string classifyHeartbeatFailure(const std::string& error);
+  /// close(): writes the last status published unless the store confirmed it already.
+  void storeLastStatus();
 
   boost::asio::io_context& io_;
   C10dJobOptions options_;
@@ -133,6 +138,9 @@ class C10dJob : public JobLink {
   // Io thread only:
   bool watching_ = false;
   bool lostReported_ = false;
+  std::optional<std::string> lastStatus_;  // the last status published ...
+  bool lastStatusStored_ = false;          // ... and whether the store confirmed it
+  std::uint64_t statusSeq_ = 0;
   std::function<void()> onChange_;
   std::function<void(std::string)> onLost_;
   std::unique_ptr<WorkQueue> queue_;  // the rendezvous thread

@@ -167,6 +167,13 @@ void EtcdJob::close() {
   // Leave now: revoking the lease deletes this node's keys, which the others see at once.
   try {
     auto last = makeClient(milliseconds(0));
+    std::optional<std::string> status;
+    {
+      std::lock_guard lock(mutex_);
+      status = lastStatus_;
+    }
+    // How this agent ended, for `dtrun status` (not on the lease: it outlives the agent).
+    if (status && !lostReported_) last->put(prefix_ + keys::agentStatusKey(memberId_), *status);
     last->leaseRevoke(lease_);
     if (finishedAndAlone(*last)) {
       keepRecordOnly(*last);
@@ -326,17 +333,43 @@ void EtcdJob::watchLoop(std::int64_t fromRevision) {
   }
 }
 
+void EtcdJob::publishStatus(std::string statusJson) {
+  {
+    std::lock_guard lock(mutex_);
+    pendingStatus_ = statusJson;
+    lastStatus_ = std::move(statusJson);
+  }
+  cv_.notify_all();
+}
+
+void EtcdJob::writeStatus(const std::string& statusJson) {
+  try {
+    keepAliveClient_->put(prefix_ + keys::agentStatusKey(memberId_), statusJson);
+  } catch (const std::exception& e) {
+    // etcd does not answer: the renewal below says so; the next state change writes again.
+    log_->debug("rendezvous: could not publish this agent's status: {}", e.what());
+  }
+}
+
 void EtcdJob::keepAliveLoop() {
   // The outage is measured from the last renewal that worked, so the bound is quorum_timeout
   // plus at most one keep_alive_interval and one request (heartbeat_timeout).
   bool failing = false;
   Clock::time_point lastOk = Clock::now(), lastNotice;
+  Clock::time_point renewAt = Clock::now() + options_.keepAliveInterval;
   for (;;) {
+    std::optional<std::string> status;
     {
       std::unique_lock lock(mutex_);
-      cv_.wait_for(lock, options_.keepAliveInterval, [this] { return stopping_.load(); });
+      // Woken early for a status to publish (this thread's client is free between renewals,
+      // and a rendezvous in progress on the ops thread never holds it up).
+      cv_.wait_until(lock, renewAt, [this] { return stopping_.load() || pendingStatus_; });
       if (stopping_) return;
+      status = std::exchange(pendingStatus_, std::nullopt);
     }
+    if (status) writeStatus(*status);
+    if (Clock::now() < renewAt) continue;
+    renewAt = Clock::now() + options_.keepAliveInterval;
     try {
       if (keepAliveClient_->leaseKeepAlive(lease_) <= 0) {
         lost("this agent's lease expired: it was stopped or cut off from etcd for longer than " +
@@ -394,7 +427,8 @@ rendezvous::JobState EtcdJob::readState(std::int64_t round) {
                                           keys::roundKey(round, keys::kWaiting),
                                           keys::roundKey(round, keys::kDone),
                                           keys::kRestarts,
-                                          keys::kSucceeded};
+                                          keys::kSucceeded,
+                                          keys::roundKey(round, keys::kAdvance)};
   // Counters are a key plus its increments (rendezvous/etcd/etcd_store.h): each read spans
   // [K, counterEnd(K)).
   std::vector<Op> reads;
@@ -417,6 +451,11 @@ rendezvous::JobState EtcdJob::readState(std::int64_t round) {
   s.restarts = number(5);
   if (const auto succeeded = value(6)) {
     s.succeeded = parseDecimal(*succeeded).value_or(-1);
+  }
+  if (s.round > round) {
+    if (auto claim = keys::parseClaim(value(7).value_or(""))) {
+      s.endedBy = keys::openedValue(claim->reason);
+    }
   }
   return s;
 }

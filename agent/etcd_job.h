@@ -31,6 +31,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -89,6 +90,9 @@ class EtcdJob : public JobLink {
   void readRecord(std::function<void(Result<rendezvous::JobRecord>)> done) override;
   /// Native workers watch the round's worker store; the abort key goes there (by the host).
   void abortWorkers(std::int64_t round, std::string reason, std::function<void()> done) override;
+  /// Written by the keep-alive thread (the ops thread may be inside a rendezvous), not on the
+  /// lease: it stays after the agent, saying how it ended.
+  void publishStatus(std::string statusJson) override;
   /// Nobody reads anything from this node after their workers finished: the state is in etcd.
   bool servesOthers() const override { return false; }
   /// Revokes the lease (the others see this node leave at once); the last agent of a finished
@@ -110,6 +114,7 @@ class EtcdJob : public JobLink {
   rendezvous::JobState readState(std::int64_t round);  // ops thread
   void watchLoop(std::int64_t fromRevision);           // watch thread
   void keepAliveLoop();                                // keep-alive thread
+  void writeStatus(const std::string& statusJson);     // keep-alive thread
   /// Counts member `id` of `round` in r<round>/gone once, whoever sees its key vanish first.
   void countGone(rendezvous::etcd::EtcdClient& client, std::int64_t round, const std::string& id);
   void changed();                     // any thread: onChange on the io thread
@@ -136,7 +141,9 @@ class EtcdJob : public JobLink {
   std::unique_ptr<WorkQueue> queue_;
 
   std::mutex mutex_;
-  std::condition_variable cv_;  // wakes the keep-alive thread on close
+  std::condition_variable cv_;  // wakes the keep-alive thread on close or for a status
+  std::optional<std::string> pendingStatus_;  // guarded by mutex_: to be written ...
+  std::optional<std::string> lastStatus_;     // ... and the last one given (close writes it)
   std::atomic<bool> stopping_{false};
   std::atomic<bool> lostReported_{false};
   std::atomic<bool> finished_{false};     // the watch saw the job succeed or fail for good

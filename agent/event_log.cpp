@@ -53,7 +53,9 @@ EventLog::~EventLog() {
 EventLog::EventLog(EventLog&& other) noexcept
     : fd_(std::exchange(other.fd_, -1)),
       consoleFd_(std::exchange(other.consoleFd_, -1)),
-      path_(std::move(other.path_)) {}
+      path_(std::move(other.path_)),
+      observer_(std::move(other.observer_)),
+      source_(std::move(other.source_)) {}
 
 EventLog& EventLog::operator=(EventLog&& other) noexcept {
   if (this != &other) {
@@ -61,18 +63,26 @@ EventLog& EventLog::operator=(EventLog&& other) noexcept {
     fd_ = std::exchange(other.fd_, -1);
     consoleFd_ = std::exchange(other.consoleFd_, -1);
     path_ = std::move(other.path_);
+    observer_ = std::move(other.observer_);
+    source_ = std::move(other.source_);
   }
   return *this;
 }
 
 std::string EventLog::formatLine(std::string_view event, const nlohmann::json& fields,
-                                 std::chrono::system_clock::time_point when) {
+                                 std::chrono::system_clock::time_point when,
+                                 const nlohmann::json& source) {
   using namespace std::chrono;
   nlohmann::ordered_json line = nlohmann::ordered_json::object();
   line["event"] = std::string(event);
   line["time"] = formatUtcIso8601Ms(when);
   auto ms = duration_cast<milliseconds>(when.time_since_epoch()).count();
   line["ts"] = static_cast<double>(ms) / 1000.0;
+  if (source.is_object()) {
+    for (auto it = source.begin(); it != source.end(); ++it) {
+      line[it.key()] = nlohmann::ordered_json(it.value());
+    }
+  }
   if (fields.is_object()) {
     for (auto it = fields.begin(); it != fields.end(); ++it) {
       if (it.key() == "event" || it.key() == "time" || it.key() == "ts") continue;
@@ -86,16 +96,23 @@ std::string EventLog::formatLine(std::string_view event, const nlohmann::json& f
 }
 
 bool EventLog::record(std::string_view event, const nlohmann::json& fields) {
-  if (!enabled()) return false;
+  if (!enabled() && !observer_) return false;
   return record(event, fields, std::chrono::system_clock::now());
 }
 
 bool EventLog::record(std::string_view event, const nlohmann::json& fields,
                       std::chrono::system_clock::time_point when) {
+  if (observer_) {
+    try {
+      observer_(event, fields, when);
+    } catch (const std::exception&) {
+      // The observer only counts; a record it cannot read must not cost the line.
+    }
+  }
   if (!enabled()) return false;
   std::string line;
   try {
-    line = formatLine(event, fields, when);
+    line = formatLine(event, fields, when, source_);
   } catch (const std::exception&) {
     return false;  // e.g. a field that cannot be serialised: drop the event, keep the agent
   }

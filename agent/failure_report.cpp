@@ -133,6 +133,29 @@ std::string describeHang(const Hang& h) {
          " passed its deadline " + formatLocalTime(secs) + ms + " by " + overstay + " s" + action;
 }
 
+std::string describeFailure(const ProcessFailure& f) {
+  std::string line = "rank " + std::to_string(f.rank) + " (local_rank " +
+                     std::to_string(f.localRank) + ", pid " + std::to_string(f.pid) + ") on " +
+                     f.host + ": ";
+  line += f.exitCode < 0
+              ? "signal " + std::to_string(-f.exitCode) + " (" + signalName(-f.exitCode) + ")"
+              : "exit code " + std::to_string(f.exitCode);
+  if (f.hang) line += "; " + describeHang(*f.hang);
+  // The traceback's last line says what was raised; torch's own texts (a signal, the url) say
+  // nothing the line does not already, and then the stderr tail's last line is the better clue.
+  auto lastLine = [](const std::string& text) {
+    const std::size_t end = text.find_last_not_of(" \n\r\t");
+    if (end == std::string::npos) return std::string();
+    const std::size_t nl = text.rfind('\n', end);
+    const std::size_t start = nl == std::string::npos ? 0 : nl + 1;
+    return text.substr(start, end + 1 - start);
+  };
+  std::string clue = f.fromErrorFile ? lastLine(f.message) : "";
+  if (clue.empty() && !f.stderrTail.empty()) clue = lastLine(f.stderrTail.back());
+  if (!clue.empty()) line += ": " + clue;
+  return line;
+}
+
 ProcessFailure buildProcessFailure(const FailedExit& exit) {
   ProcessFailure f;
   f.localRank = exit.localRank;

@@ -84,6 +84,11 @@ void from_json(const nlohmann::json& j, Hang& h);
 /// apart from reading TZ.
 std::string describeHang(const Hang& h);
 
+/// One line for a failure: 'rank 3 (local_rank 1, pid 4242) on node-b: exit code 7: ValueError:
+/// boom', with the hang first when dtrun killed it as hung, and the first line of its traceback
+/// (or of its stderr tail) last. Pure apart from reading TZ (describeHang).
+std::string describeFailure(const ProcessFailure& f);
+
 /// Field names are the struct's (camelCase). from_json throws nlohmann::json::exception on a
 /// missing or mistyped required field (localRank, rank, pid, exitCode, timestampMs).
 void to_json(nlohmann::json& j, const ProcessFailure& f);

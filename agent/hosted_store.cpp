@@ -25,3 +25,23 @@ void HostedStore::set(std::string key, std::string value, std::function<void()> 
 }
 
 }  // namespace dtrun::agent
+
+namespace dtrun::agent {
+
+void HostedStore::stats(std::function<void(StoreSample)> done) {
+  boost::asio::post(io_, [this, done = std::move(done)] {
+    StoreSample s;
+    s.connections = server_.connectionCount();
+    s.keys = static_cast<std::uint64_t>(server_.keyCount());
+    s.bytes = server_.storedBytes();
+    const auto& byOp = server_.requests().byOp;
+    for (std::size_t i = 0; i < byOp.size(); ++i) {
+      if (byOp[i] != 0) {
+        s.requestsByOp[rendezvous::wire::opName(static_cast<rendezvous::wire::Op>(i))] = byOp[i];
+      }
+    }
+    done(std::move(s));
+  });
+}
+
+}  // namespace dtrun::agent

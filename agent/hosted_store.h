@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "agent/metrics.h"
 #include "rendezvous/store_server.h"
 
 namespace dtrun::agent {
@@ -28,6 +29,8 @@ class HostedStore {
   std::uint16_t port() const { return server_.endpoint().port(); }
   /// Sets `key` in the store (its thread does it), then runs `done` on that thread.
   void set(std::string key, std::string value, std::function<void()> done);
+  /// The store's counters (its metrics), read on its thread and given to `done` there.
+  void stats(std::function<void(StoreSample)> done);
 
  private:
   boost::asio::io_context io_{1};

@@ -114,6 +114,11 @@ class JobLink {
   /// that a store that cannot be reached does not hold up what the job link does next.
   virtual void abortWorkers(std::int64_t round, std::string reason, std::function<void()> done) = 0;
 
+  /// Publishes this agent's status (an AgentStatus JSON, rendezvous/job_status.h) at
+  /// agent/<member>/status for `dtrun status`: best effort, no answer; the last one given before
+  /// close() is written by close(). Io thread. A job nobody else can see publishes nothing.
+  virtual void publishStatus(std::string statusJson) { (void)statusJson; }
+
   /// True when this node serves something the other nodes still read after their workers
   /// finished (the c10d store's host): it then leaves only after the others have.
   virtual bool servesOthers() const = 0;

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "agent/outcome.h"
+
 namespace dtrun::agent {
 
 /// torchrun's Std: which of a worker's streams go to a file (bit 1 stdout, bit 2 stderr).
@@ -70,12 +72,6 @@ enum class WorkerVariables {
   kNone,       ///< none: the launcher's environment only (accelerate's single-process launcher)
 };
 
-/// What dtrun's exit code says of a failed job (--exit-code).
-enum class ExitCodeRule {
-  kTorchrun,  ///< 1, whatever failed (torchrun's)
-  kWorker,    ///< the first failed worker's own code, 256-N for signal N (DeepSpeed's launcher)
-};
-
 struct LaunchConfig {
   // What to run.
   std::vector<std::string> entrypoint;  ///< argv before the script's own arguments
@@ -100,7 +96,6 @@ struct LaunchConfig {
   bool standalone = false;
   bool stopOnStdinClose = false;  ///< --stop-on-stdin-close (the launcher watches stdin)
   WorkerVariables workerVariables = WorkerVariables::kTorchrun;  ///< --worker-variables
-  ExitCodeRule exitCode = ExitCodeRule::kTorchrun;               ///< --exit-code
 
   RendezvousConfig rdzv;
 
@@ -134,6 +129,16 @@ struct LaunchConfig {
   std::vector<std::string> prewarm;
   /// --prewarm-timeout: how long a round's start waits for a standby still importing.
   std::chrono::milliseconds prewarmTimeout = std::chrono::seconds(60);
+  // What the job shows of itself (docs/observe.md).
+  /// --exit-codes (DTRUN_EXIT_CODES), --exit-code worker (the deepspeed front-end): how the
+  /// outcome becomes dtrun's exit code (agent/outcome.h).
+  ExitCodeScheme exitCodes = ExitCodeScheme::kTorchrun;
+  /// --termination-log PATH: where the root cause goes at the end ("" = /dev/termination-log
+  /// when it exists and is writable, as in a Kubernetes container).
+  std::string terminationLog;
+  /// --metrics-port: serve Prometheus metrics on this port (0 = a free one); unset = off.
+  std::optional<std::uint16_t> metricsPort;
+  std::string metricsHost = "0.0.0.0";  ///< --metrics-host
 
   // What the parser noticed, for main to report once.
   bool ompNumThreadsSet = false;      ///< baseEnv got OMP_NUM_THREADS=1: log torchrun's notice

@@ -83,7 +83,8 @@ void Policy::on(const event::JoinFailed& e) {
   if (e.over && !e.failures.empty()) emit(action::PrintReport{e.failures});
   emit(action::Record{"shutdown",
                       {{"reason", e.over ? "failed" : "rendezvous_failed"}, {"error", e.why}}});
-  finish(1);
+  // A job already over is a rendezvous that never formed for this node, as is a timeout.
+  finish(JobOutcome{e.lost ? Outcome::kJobLost : Outcome::kRendezvousFailed, 0, e.why});
 }
 
 void Policy::on(const event::WorkerStoreReady& e) {
@@ -104,7 +105,8 @@ void Policy::on(const event::WorkerStoreReady& e) {
 void Policy::on(const event::WorkerStoreFailed& e) {
   if (state_ != State::kJoining) return;
   log_->error("could not agree on MASTER_ADDR:MASTER_PORT: {}", e.why);
-  finish(1);
+  finish(JobOutcome{Outcome::kRendezvousFailed, 0,
+                    "could not agree on MASTER_ADDR:MASTER_PORT: " + e.why});
 }
 
 void Policy::on(const event::WorkerExited& e) {
@@ -171,7 +173,7 @@ void Policy::on(const event::WorkersStopped&) {
         finishLost();
         return;
       }
-      finish(1);
+      finish(stopOutcome_);
       return;
   }
 }
@@ -201,7 +203,7 @@ void Policy::onState(const rendezvous::JobState& s) {
   if (lingering_) {
     // This node serves the job's record: leave once every other agent has disconnected.
     othersAttached_ = std::max<std::int64_t>(0, s.agents - 1);
-    if (othersAttached_ == 0) finish(lingerCode_);
+    if (othersAttached_ == 0) finish(lingerOutcome_);
     return;
   }
   if (state_ == State::kJoining || state_ == State::kFinished || shuttingDown_) return;
@@ -222,7 +224,9 @@ void Policy::onState(const rendezvous::JobState& s) {
     if (state_ == State::kStopping) return;  // back here when the workers are gone
     log_->warn("agent: [{}] round {} is over; restarting into round {}", settings_.role,
                round_.round, s.round);
-    emit(action::Record{"restart_decided", {{"round", round_.round}, {"next_round", s.round}}});
+    emit(action::Record{
+        "restart_decided",
+        {{"round", round_.round}, {"next_round", s.round}, {"reason", restartCause(s)}}});
     transition(State::kStopping);
     stop(SIGTERM, "round " + std::to_string(round_.round) + " is over", AfterStop::kRejoin);
     return;
@@ -249,12 +253,24 @@ void Policy::onState(const rendezvous::JobState& s) {
   }
 }
 
+std::string Policy::restartCause(const rendezvous::JobState& s) const {
+  // This node knows its own failures best (a hang among them); the others' come from the
+  // round's claim.
+  if (!localFailures_.empty()) {
+    const bool hung = std::any_of(localFailures_.begin(), localFailures_.end(),
+                                  [](const ProcessFailure& f) { return f.hang.has_value(); });
+    return hung ? "worker_hung" : "worker_failure";
+  }
+  if (s.endedBy == "membership") return s.gone > 0 ? "node_left" : "node_joined";
+  return "worker_failure";
+}
+
 void Policy::onStateDone(const rendezvous::JobState& s) {
   // A group that succeeded is final: whatever happens to the others, this node never starts its
   // workers again (a new round would re-run a finished script).
   if (s.done >= round_.groupWorldSize) {
     emit(action::Record{"shutdown", {{"reason", "succeeded"}, {"round", round_.round}}});
-    linger(0);
+    linger(JobOutcome{Outcome::kSucceeded, 0, {}});
     return;
   }
   if (s.round > round_.round) {
@@ -265,7 +281,7 @@ void Policy::onStateDone(const rendezvous::JobState& s) {
         settings_.role, round_.round, s.round);
     emit(action::Record{
         "shutdown", {{"reason", "succeeded"}, {"round", round_.round}, {"next_round", s.round}}});
-    finish(0);
+    succeed();
     return;
   }
   if (s.gone > 0 && !exitBarrier_) {
@@ -287,7 +303,7 @@ void Policy::on(const event::ExitBarrierExpired&) {
       settings_.role, round_.round);
   emit(action::Record{"shutdown",
                       {{"reason", "succeeded"}, {"round", round_.round}, {"others", "unknown"}}});
-  finish(0);
+  succeed("the other nodes' outcome is unknown (--exit-barrier-timeout passed)");
 }
 
 void Policy::on(const event::TimerExpired& e) {
@@ -345,7 +361,9 @@ void Policy::finishFailed(const std::string& finalJson) {
   transition(State::kFinishing);
   std::int64_t round = round_.round;
   try {
-    round = nlohmann::json::parse(finalJson).value("round", round_.round);
+    const auto final = nlohmann::json::parse(finalJson);
+    round = final.value("round", round_.round);
+    finalReason_ = final.value("reason", "");
   } catch (const nlohmann::json::exception& e) {
     log_->warn("agent: the job's final record is not JSON ({}); reporting round {}", e.what(),
                round);
@@ -359,10 +377,16 @@ void Policy::on(const event::FailuresRead& e) {
   std::vector<ProcessFailure> failures = e.failures.empty() ? localFailures_ : e.failures;
   std::sort(failures.begin(), failures.end(),
             [](const auto& a, const auto& b) { return a.rank < b.rank; });
-  const int code = failedJobExitCode(settings_.exitCode, failures);
+  JobOutcome outcome = failedJobOutcome(failures, !localFailures_.empty(), reportRound_);
+  if (finalReason_ == "failed_after_success") {
+    outcome.why += " (after some nodes had finished the round, which cannot restart)";
+  } else if (finalReason_ == "max_restarts") {
+    outcome.why +=
+        " (the " + std::to_string(settings_.maxRestarts) + " restart(s) allowed are used up)";
+  }
   if (!failures.empty()) emit(action::PrintReport{std::move(failures)});
   emit(action::Record{"shutdown", {{"reason", "failed"}, {"round", round_.round}}});
-  linger(code);
+  linger(std::move(outcome));
 }
 
 void Policy::on(const event::Signal& e) {
@@ -371,7 +395,7 @@ void Policy::on(const event::Signal& e) {
     // The job is over and this node only serves its record: leave with the job's code.
     log_->warn("agent: received {}; leaving without waiting for the other agents",
                signalName(e.signo));
-    finish(lingerCode_);
+    finish(lingerOutcome_);
     return;
   }
   if (!isTerminatingSignal(e.signo)) {
@@ -386,6 +410,7 @@ void Policy::on(const event::Signal& e) {
     return;
   }
   shuttingDown_ = true;
+  stopOutcome_ = JobOutcome{Outcome::kSignaled, e.signo, "stopped by " + signalName(e.signo)};
   // Workers dying of the signal passed on are not failures: leave the running state first.
   if (state_ == State::kRunning || state_ == State::kDoneWaiting) transition(State::kStopping);
   log_->warn("agent: received {} death signal, shutting down workers", signalName(e.signo));
@@ -402,20 +427,27 @@ void Policy::on(const event::DoneReported& e) {
   leaveLostAfterSuccess(*lostWhileReporting_);
 }
 
-int failedJobExitCode(ExitCodeRule rule, const std::vector<ProcessFailure>& failures) {
-  if (rule == ExitCodeRule::kTorchrun || failures.empty()) return 1;
-  const int code = failures[rootCauseIndex(failures)].exitCode;
-  // launch.py exits with the child's returncode, which Python makes -N for signal N; the exit
-  // status keeps its low byte.
-  if (code < 0) return 256 + code;
-  return code == 0 ? 1 : code;
+JobOutcome failedJobOutcome(const std::vector<ProcessFailure>& failures, bool localFailed,
+                            std::int64_t round) {
+  JobOutcome outcome{Outcome::kWorkersFailed, 0, "the job failed for good"};
+  if (failures.empty()) return outcome;
+  const ProcessFailure& root = failures[rootCauseIndex(failures)];
+  outcome.why = "round " + std::to_string(round) + ": " + describeFailure(root);
+  outcome.rootExitCode = root.exitCode;
+  if (root.hang) {
+    outcome.kind = Outcome::kHung;  // on whichever node: every node of the job says so
+  } else if (!localFailed) {
+    outcome.kind = Outcome::kFailedElsewhere;  // this node's workers succeeded or were stopped
+  }
+  return outcome;
 }
 
-void Policy::finish(int code) {
+void Policy::finish(JobOutcome outcome) {
   if (state_ == State::kFinished) return;
   transition(State::kFinished);
-  exitCode_ = code;
-  emit(action::Finish{code});
+  exitCode_ = exitCodeFor(outcome, settings_.exitCodes);
+  outcome_ = outcome;
+  emit(action::Finish{exitCode_, std::move(outcome)});
 }
 
 }  // namespace dtrun::agent

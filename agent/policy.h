@@ -30,6 +30,7 @@
 
 #include "agent/failure_report.h"
 #include "agent/job_link.h"
+#include "agent/outcome.h"
 #include "agent/launch_config.h"
 #include "common/exit_status.h"
 #include "rendezvous/dynamic_rendezvous.h"
@@ -48,6 +49,7 @@ struct JoinFailed {  ///< the rendezvous gave up (timeout, job already over, ...
   /// Set when the job was already over (JobOverError), with its final round's failures.
   std::optional<rendezvous::JobRecord> over = std::nullopt;
   std::vector<ProcessFailure> failures = {};
+  bool lost = false;  ///< the store (or etcd) could not be reached any more
 };
 struct WorkerStoreReady {  ///< where this round's workers find their store
   WorkerStore store;
@@ -171,7 +173,8 @@ struct StartExitBarrier {  ///< ExitBarrierExpired after `after`
 struct ReadJobRecord {};  ///< JobLink::readRecord: what the job left on record -> JobRecordRead
 struct CloseJob {};       ///< JobLink::close: release the job (the others see this node leave)
 struct Finish {           ///< stop everything; dtrun exits with `code`
-  int code = 1;
+  int code = 1;           ///< exitCodeFor(outcome, PolicySettings::exitCodes)
+  JobOutcome outcome;     ///< what happened (agent/outcome.h)
 };
 }  // namespace action
 
@@ -199,13 +202,14 @@ struct PolicySettings {
   /// How long a node whose workers all succeeded waits for the others' outcome once a member
   /// stopped answering (it never runs its workers again).
   std::chrono::milliseconds exitBarrierTimeout = std::chrono::seconds(300);
-  ExitCodeRule exitCode = ExitCodeRule::kTorchrun;  ///< what a failed job exits with
+  ExitCodeScheme exitCodes = ExitCodeScheme::kTorchrun;  ///< how the outcome becomes the code
 };
 
-/// The exit code of a job that failed with `failures` (the final round's, any order) under
-/// `rule`: 1 for kTorchrun; for kWorker the root cause's own exit code, 256-N when signal N
-/// ended it (DeepSpeed's launch.py), 1 when there is none. Pure.
-int failedJobExitCode(ExitCodeRule rule, const std::vector<ProcessFailure>& failures);
+/// The outcome of a job that failed for good with `failures` (the final round's, any order;
+/// `localFailed`: some of them are this node's): the root cause's, a hang (kHung) winning over
+/// kFailedElsewhere; `why` names it. Pure.
+JobOutcome failedJobOutcome(const std::vector<ProcessFailure>& failures, bool localFailed,
+                            std::int64_t round);
 
 class Policy {
  public:
@@ -220,8 +224,10 @@ class Policy {
   State state() const { return state_; }
   /// The round this node is in (or last was in); meaningful once a round was joined.
   const rendezvous::RoundInfo& round() const { return round_; }
-  /// dtrun's exit code once finished.
+  /// dtrun's exit code once finished (PolicySettings::exitCodes).
   int exitCode() const { return exitCode_; }
+  /// What happened, once finished.
+  const JobOutcome& outcome() const { return outcome_; }
   static const char* name(State s);
 
  private:
@@ -257,11 +263,13 @@ class Policy {
   /// The job succeeded in `round` without this node: stop what runs, then exit 0 saying so.
   void leaveFinishedWithout(std::int64_t round);
   void finishWithoutNode();
-  /// The job is over with `code`: the store's host stays until the others left (bounded by
+  /// The job is over with `outcome`: the store's host stays until the others left (bounded by
   /// closeTimeout), so late agents can read the outcome; any other node leaves now.
-  void linger(int code);
+  void linger(JobOutcome outcome);
 
   void onState(const rendezvous::JobState& s);
+  /// Why the round this node was in ended: worker_failure, worker_hung, node_left, node_joined.
+  std::string restartCause(const rendezvous::JobState& s) const;
   /// Done waiting: the other nodes' outcome, without ever running this node's workers again.
   void onStateDone(const rendezvous::JobState& s);
   void transition(State next);
@@ -270,7 +278,8 @@ class Policy {
   /// Stops the workers (SIGTERM, native workers told to abort first), then `after`.
   void stop(int signo, std::optional<std::string> abortReason, AfterStop after);
   void finishFailed(const std::string& finalJson);
-  void finish(int code);
+  void finish(JobOutcome outcome);
+  void succeed(std::string why = {}) { finish(JobOutcome{Outcome::kSucceeded, 0, std::move(why)}); }
   template <typename A>
   void emit(A a) {
     out_.emplace_back(std::move(a));
@@ -306,9 +315,12 @@ class Policy {
   bool lostStopped_ = false;
   std::optional<std::int64_t> withoutNode_;  // the round the job succeeded in without this node
   bool lingering_ = false;                   // the host waits for the others to leave ...
-  int lingerCode_ = 0;                       // ... and then exits with this
+  JobOutcome lingerOutcome_;                 // ... and then exits with this
   std::int64_t othersAttached_ = 0;          // agents besides this one, at the last state read
+  JobOutcome stopOutcome_;   // what a stop for a signal (AfterStop::kFinish) ends with
+  std::string finalReason_;  // the job's final record's reason (max_restarts, ...)
   int exitCode_ = 1;
+  JobOutcome outcome_;
 };
 
 }  // namespace dtrun::agent

@@ -10,9 +10,9 @@
 
 namespace dtrun::agent {
 
-void Policy::linger(int code) {
+void Policy::linger(JobOutcome outcome) {
   if (!settings_.servesOthers || !haveRound_) {
-    finish(code);
+    finish(std::move(outcome));
     return;
   }
   // Agents that were stopped or cut off while the job ended still need this node's store to
@@ -20,7 +20,7 @@ void Policy::linger(int code) {
   // says how many are still attached (none: this node leaves at once).
   transition(State::kFinishing);
   lingering_ = true;
-  lingerCode_ = code;
+  lingerOutcome_ = std::move(outcome);
   emit(action::StartFinishTimer{settings_.closeTimeout});
   queryState();
 }
@@ -79,16 +79,17 @@ void Policy::finishLost() {
         lostRecord_->failures.empty() ? localFailures_ : lostRecord_->failures;
     std::sort(failures.begin(), failures.end(),
               [](const auto& a, const auto& b) { return a.rank < b.rank; });
+    JobOutcome outcome = failedJobOutcome(failures, !localFailures_.empty(), round);
     if (!failures.empty()) emit(action::PrintReport{std::move(failures)});
     emit(action::Record{"shutdown", {{"reason", "failed"}, {"round", round}, {"error", lostWhy_}}});
-    finish(1);
+    finish(std::move(outcome));
     return;
   }
   if (o && o->succeeded) {
     if (doneHere && *o->succeeded == round_.round) {
       log_->info("agent: [{}] the job succeeded (round {})", settings_.role, round_.round);
       emit(action::Record{"shutdown", {{"reason", "succeeded"}, {"round", round_.round}}});
-      finish(0);
+      succeed();
       return;
     }
     withoutNode_ = *o->succeeded;
@@ -107,7 +108,9 @@ void Policy::finishLost() {
                          {"round", round_.round},
                          {"others", "unknown"},
                          {"error", lostWhy_}}});
-    finish(0);
+    succeed("the job was lost after this node's workers succeeded; the other nodes' outcome is "
+            "unknown: " +
+            lostWhy_);
     return;
   }
   emit(action::Record{"shutdown", {{"reason", "store_lost"}, {"error", lostWhy_}}});
@@ -116,11 +119,11 @@ void Policy::finishLost() {
     // stop sees both at once): that is what this node knows.
     log_->warn("agent: [{}] lost the rendezvous {}; this node's workers all succeeded before",
                settings_.role, lostWhy_);
-    finish(0);
+    succeed("this node's workers all succeeded before the job was lost: " + lostWhy_);
     return;
   }
   log_->error("agent: lost the rendezvous {}{}", lostWhy_, unread);
-  finish(1);
+  finish(JobOutcome{Outcome::kJobLost, 0, lostWhy_ + unread});
 }
 
 void Policy::leaveFinishedWithout(std::int64_t round) {
@@ -147,7 +150,9 @@ void Policy::finishWithoutNode() {
                       {{"reason", "finished_without_node"},
                        {"round", round},
                        {"last_round", haveRound_ ? nlohmann::json(round_.round) : nullptr}}});
-  finish(0);
+  finish(JobOutcome{Outcome::kFinishedWithoutThisNode, 0,
+                    "the job finished without this node: round " + std::to_string(round) +
+                        " succeeded on the other nodes"});
 }
 
 void Policy::leaveLostAfterSuccess(const std::string& why) {
@@ -166,7 +171,7 @@ void Policy::on(const event::FinishTimerExpired&) {
       "({} s); leaving (they will find the store gone)",
       settings_.role, othersAttached_,
       std::chrono::duration_cast<std::chrono::seconds>(settings_.closeTimeout).count());
-  finish(lingerCode_);
+  finish(lingerOutcome_);
 }
 
 }  // namespace dtrun::agent

@@ -23,9 +23,13 @@ std::optional<ProcStat> readProcStat(int pid) {
   auto close = line.rfind(')');
   if (close == std::string::npos) return std::nullopt;
   ProcStat s;
-  if (std::sscanf(line.c_str() + close + 1, " %c %d %d", &s.state, &s.ppid, &s.pgrp) != 3) {
-    return std::nullopt;
-  }
+  // Fields 3..24 of proc(5); the first three are needed, the rest are best effort.
+  const int n = std::sscanf(line.c_str() + close + 1,
+                            " %c %d %d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d "
+                            "%ld %*d %llu %llu %ld",
+                            &s.state, &s.ppid, &s.pgrp, &s.utimeTicks, &s.stimeTicks, &s.threads,
+                            &s.startTicks, &s.vsizeBytes, &s.rssPages);
+  if (n < 3) return std::nullopt;
   return s;
 }
 

@@ -18,6 +18,13 @@ struct ProcStat {
   char state = '?';  ///< R, S, D, Z, T, ...
   int ppid = 0;
   int pgrp = 0;
+  // Resource use (the metrics endpoint reports the agent's own): clock ticks and pages.
+  unsigned long long utimeTicks = 0;
+  unsigned long long stimeTicks = 0;
+  long threads = 0;
+  unsigned long long startTicks = 0;  ///< since boot
+  unsigned long long vsizeBytes = 0;
+  long rssPages = 0;
 };
 
 /// /proc/<pid>/stat, or nullopt when the process is gone (or unreadable). Blocking (procfs);

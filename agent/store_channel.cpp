@@ -191,6 +191,15 @@ void StoreChannel::addOnClose(const std::string& key, std::int64_t delta,
                   pingChecked(ping.word, std::move(done))});
 }
 
+void StoreChannel::set(const std::string& key, const rendezvous::Bytes& value,
+                       std::chrono::milliseconds timeout, Done done) {
+  // SET has no reply either.
+  auto set = state_->prefixed(wire::makeRequest(wire::Op::kSet, {key}, {value}));
+  auto ping = pingRequest();
+  state_->submit({State::frameOf(set) + State::frameOf(ping), ping, timeout,
+                  pingChecked(ping.word, std::move(done))});
+}
+
 void StoreChannel::read(const std::string& key, std::chrono::milliseconds timeout,
                         std::function<void(const std::string&, rendezvous::Bytes)> done) {
   auto req = state_->prefixed(wire::makeRequest(wire::Op::kAdd, {key}));

@@ -43,6 +43,9 @@ class StoreChannel {
   /// ADD_ON_CLOSE(key, delta), confirmed by a PING within `timeout`.
   void addOnClose(const std::string& key, std::int64_t delta, std::chrono::milliseconds timeout,
                   Done done);
+  /// SET(key, value), confirmed by a PING within `timeout`.
+  void set(const std::string& key, const rendezvous::Bytes& value,
+           std::chrono::milliseconds timeout, Done done);
   /// ADD(key, 0): the counter's value as text ("0" when absent), within `timeout`.
   void read(const std::string& key, std::chrono::milliseconds timeout,
             std::function<void(const std::string& error, rendezvous::Bytes value)> done);

@@ -5,6 +5,7 @@
 // launcher/args.h helpers, each error naming the option or variable the value came from.
 #include "launcher/cli.h"
 
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <random>
 
 #include "launcher/rdzv_args.h"
+#include "launcher/rendezvous_access.h"
 #include "launcher/store_command.h"
 
 namespace dtrun::launcher {
@@ -36,7 +38,7 @@ constexpr std::string_view kDtrun = "dtrun options";
 constexpr std::string_view kPet = "PET";
 
 // In torchrun's order, so the help reads like torchrun's (and `dtrun launch` forwards them in it).
-constexpr std::array<OptionSpec, 46> kOptions{{
+constexpr std::array<OptionSpec, 50> kOptions{{
     {"help", "-h", OptionKind::kHelp, "", "", "show this help message and exit"},
     {"version", "", OptionKind::kVersion, "", "", "show dtrun's version and commit and exit", "",
      "", false},
@@ -201,6 +203,24 @@ constexpr std::array<OptionSpec, 46> kOptions{{
     {"exit_code", "", OptionKind::kValue, kDtrun, "",
      "What a failed job exits with: torchrun (1) or worker (the exit code of the first worker "
      "that failed, 256-N when signal N ended it, as DeepSpeed's launcher). (default: torchrun)"},
+    {"exit_codes", "", OptionKind::kValue, kDtrun, "DTRUN_EXIT_CODES",
+     "How the exit code tells the outcome: torchrun (0 success, 1 any failure, 2 a bad command "
+     "line) or detailed (also 3 the last failure was a hang, 4 the rendezvous never formed, 5 "
+     "the store or etcd quorum was lost, 6 the job failed on another node, 128+N stopped by "
+     "signal N; docs/observe.md). (default: torchrun) [env DTRUN_EXIT_CODES]",
+     "SCHEME"},
+    {"termination_log", "", OptionKind::kValue, kDtrun, "DTRUN_TERMINATION_LOG",
+     "Write why the job ended (the outcome, the root cause, the summary line; at most 4096 "
+     "bytes) to PATH, for Kubernetes' terminationMessagePath. (default: /dev/termination-log "
+     "when it exists and is writable) [env DTRUN_TERMINATION_LOG]",
+     "PATH"},
+    {"metrics_port", "", OptionKind::kValue, kDtrun, "DTRUN_METRICS_PORT",
+     "Serve Prometheus metrics on this port (/metrics, and /healthz for liveness probes); 0 "
+     "picks a free port, named in the log, the event log and `dtrun status`. (default: off) "
+     "[env DTRUN_METRICS_PORT]",
+     "PORT"},
+    {"metrics_host", "", OptionKind::kValue, kDtrun, "DTRUN_METRICS_HOST",
+     "Address the metrics endpoint binds. (default: 0.0.0.0) [env DTRUN_METRICS_HOST]", "ADDR"},
     {"stop_on_stdin_close", "", OptionKind::kFlag, kDtrun, "",
      "Stop the job, as SIGTERM does, when standard input reaches its end. dtrun --hostfile gives "
      "it to every agent it starts over ssh, so that a launcher gone for any reason stops them.",
@@ -398,34 +418,6 @@ void resolveRendezvous(LaunchConfig& cfg, const ParsedOptions& t, const Invocati
   }
 }
 
-// The store's shared secret: --rdzv-conf token_file, else DTRUN_RDZV_TOKEN_FILE (docs/store.md,
-// "Shared secret"). Read now, so that a missing or unsafe file is a usage error before anything
-// starts.
-void resolveStoreToken(LaunchConfig& cfg, const Env& env) {
-  auto& r = cfg.rdzv;
-  std::string source = "--rdzv-conf token_file";
-  std::string path = confValue(r.conf, {"token_file"});
-  if (path.empty()) {
-    auto it = env.find("DTRUN_RDZV_TOKEN_FILE");
-    if (it == env.end() || it->second.empty()) return;
-    source = "DTRUN_RDZV_TOKEN_FILE";
-    path = it->second;
-  }
-  if (r.backend == agent::RendezvousBackend::kEtcd) {
-    // etcd is the store there, and has its own authentication.
-    if (source == "DTRUN_RDZV_TOKEN_FILE") {
-      cfg.warnings.push_back(source +
-                             " is ignored by the etcd backend, which has no dtrun store: "
-                             "etcd has its own authentication (--rdzv-conf user=,password=)");
-      return;
-    }
-    throw UsageError(source +
-                     ": the etcd backend has no dtrun store to guard; etcd has its own "
-                     "authentication (--rdzv-conf user=...,password=...) and TLS");
-  }
-  r.token = readToken(source, path);
-}
-
 // Restarts, monitoring, role, signals and shutdown.
 void resolveWorkers(LaunchConfig& cfg, const ParsedOptions& t, const Env& env) {
   if (const auto* g = t.value("max_restarts")) {
@@ -568,11 +560,15 @@ void resolveConventions(LaunchConfig& cfg, const ParsedOptions& t) {
     }
   }
   if (const auto* g = t.value("exit_code")) {
-    if (g->value == "torchrun") {
-      cfg.exitCode = agent::ExitCodeRule::kTorchrun;
-    } else if (g->value == "worker") {
-      cfg.exitCode = agent::ExitCodeRule::kWorker;
-    } else {
+    if (g->value == "worker") {
+      // One scheme decides the code (agent/outcome.h): this one and --exit-codes detailed
+      // would both claim it.
+      if (cfg.exitCodes == agent::ExitCodeScheme::kDetailed) {
+        throw UsageError(g->source + " worker and --exit-codes detailed choose two exit-code " +
+                         "schemes: give one");
+      }
+      cfg.exitCodes = agent::ExitCodeScheme::kWorker;
+    } else if (g->value != "torchrun") {
       throw UsageError(g->source + ": invalid value '" + g->value +
                        "': expected torchrun or worker");
     }
@@ -616,8 +612,38 @@ void resolvePrewarm(LaunchConfig& cfg, const ParsedOptions& t) {
 }
 
 // --event-log, --log-line-prefix-template, --no-agent-store, --log-level.
+// Is `text` an IPv4 or IPv6 address (the metrics endpoint binds one, never a name)?
+bool isIpAddress(const std::string& text) {
+  unsigned char buf[16];
+  return ::inet_pton(AF_INET, text.c_str(), buf) == 1 ||
+         ::inet_pton(AF_INET6, text.c_str(), buf) == 1;
+}
+
+// --event-log, --log-line-prefix-template, --no-agent-store, --log-level, and what the job shows
+// of itself: --exit-codes, --termination-log, --metrics-port, --metrics-host.
 void resolveDtrunOptions(LaunchConfig& cfg, const ParsedOptions& t, const Env& env) {
   cfg.stopOnStdinClose = t.flag("stop_on_stdin_close");
+  if (const auto* g = t.value("exit_codes")) {
+    auto scheme = agent::parseExitCodeScheme(g->value);
+    if (!scheme) {
+      throw UsageError(g->source + ": invalid value '" + g->value +
+                       "': expected torchrun or detailed");
+    }
+    cfg.exitCodes = *scheme;
+  }
+  if (const auto* g = t.value("termination_log")) {
+    if (g->value.empty()) throw UsageError(g->source + ": expected a file path");
+    cfg.terminationLog = g->value;
+  }
+  if (const auto* g = t.value("metrics_port")) {
+    cfg.metricsPort = static_cast<std::uint16_t>(parseInteger(g->source, g->value, 0, 65535));
+  }
+  if (const auto* g = t.value("metrics_host")) {
+    if (!isIpAddress(g->value)) {
+      throw UsageError(g->source + ": invalid value '" + g->value + "': expected an IP address");
+    }
+    cfg.metricsHost = g->value;
+  }
   if (const auto* g = t.value("event_log")) cfg.eventLog = g->value;
   if (const auto* g = t.value("log_line_prefix_template")) {
     checkLogLinePrefixTemplate(g->source, g->value);
@@ -718,8 +744,13 @@ const OptionParser& mainParser() {
        {"training_script_args",
         "Arguments for the training script, passed on untouched; ${local_rank} becomes the "
         "worker's local rank."}},
-      {"Exit codes: 0 when every worker of this node succeeded (with --hostfile: of every host), "
-       "1 for any failure, 2 for a bad command line."}});
+      {"Exit codes (--exit-codes torchrun, the default): 0 when every worker of this node "
+       "succeeded, or the job finished without this node (with --hostfile: of every host), 1 "
+       "for any failure, 2 for a bad command line. --exit-codes detailed tells failures apart "
+       "(see there). The last line on stderr sums the run up: the outcome, the world size of "
+       "each round, the restarts and their causes, the wall time.",
+       "Subcommands for a running job: `dtrun status` shows it (-h there); `dtrun timeline "
+       "EVENT_LOG... -o FILE.html` draws --event-log files on one time axis."}});
   return parser;
 }
 
@@ -732,7 +763,7 @@ LaunchConfig resolveLaunchConfig(const ParsedOptions& t, const Env& env, const H
                                          env, onlineCpus(host));
   }
   resolveRendezvous(cfg, t, rules);
-  resolveStoreToken(cfg, env);
+  cfg.rdzv.token = resolveStoreToken(cfg.rdzv, env, cfg.warnings);
   resolveWorkers(cfg, t, env);
   resolveEntrypoint(cfg, t, env, rules);
   cfg.scriptArgs.insert(cfg.scriptArgs.begin(), rules.scriptArgsPrefix.begin(),

@@ -127,7 +127,7 @@ int runLaunch(const agent::LaunchConfig& parsedConfig, const std::vector<int>& u
     plan = planLaunch(config, facts);
   } catch (const std::exception& e) {
     agentLog->error("{}", e.what());
-    return 1;
+    return agent::endBeforeAgent(config, agent::outcomeOf(e));
   }
   if (plan.loopbackWarning) agentLog->warn("{}", *plan.loopbackWarning);
 
@@ -141,7 +141,7 @@ int runLaunch(const agent::LaunchConfig& parsedConfig, const std::vector<int>& u
     } catch (const ConnectionError& e) {
       if (plan.storeRole != StoreRole::kServeOrJoin) {
         agentLog->error("{}", e.what());
-        return 1;
+        return agent::endBeforeAgent(config, agent::outcomeOf(e));
       }
       // Another agent on this machine was first: be its client.
       agentLog->info("rendezvous store already served on this machine ({}); joining it", e.what());
@@ -156,6 +156,11 @@ int runLaunch(const agent::LaunchConfig& parsedConfig, const std::vector<int>& u
   context.hostname = facts.fqdn;
   context.guard = &guard;
   context.userFds = userFds;
+  if (hosted) {
+    context.storeStats = [store = hosted.get()](std::function<void(agent::StoreSample)> done) {
+      store->stats(std::move(done));
+    };
+  }
 
   try {
     std::optional<StdinWatch> stdinWatch;
@@ -166,7 +171,7 @@ int runLaunch(const agent::LaunchConfig& parsedConfig, const std::vector<int>& u
     return agent.run();
   } catch (const std::exception& e) {
     agentLog->error("{}", e.what());
-    return 1;
+    return agent::endBeforeAgent(config, agent::outcomeOf(e));
   }
 }
 

@@ -6,6 +6,7 @@
 #include "launcher/args.h"
 #include "launcher/endpoint_check.h"
 #include "launcher/rdzv_args.h"
+#include "launcher/rendezvous_access.h"
 #include "launcher/store_command.h"
 
 namespace dtrun::launcher {
@@ -146,20 +147,7 @@ agent::EtcdJobOptions etcdOptions(const LaunchConfig& config, const LaunchPlan& 
                                   const HostFacts& facts) {
   const auto& r = config.rdzv;
   agent::EtcdJobOptions o;
-  const std::string protocol = confValue(r.conf, {"protocol"});
-  o.client.endpoints = parseEtcdEndpoints("--rdzv-endpoint", r.etcdEndpoints, r.conf);
-  o.client.tls = protocol == "https";
-  o.client.cacert = confValue(r.conf, {"cacert", "ca_cert"});
-  o.client.cert = confValue(r.conf, {"cert", "ssl_cert"});
-  o.client.key = confValue(r.conf, {"key", "ssl_cert_key"});
-  if (!o.client.tls && !(o.client.cacert + o.client.cert + o.client.key).empty()) {
-    throw ConfigError(
-        "--rdzv-conf: TLS files (cacert, cert, key) are given but protocol is http: add "
-        "protocol=https");
-  }
-  o.client.user = confValue(r.conf, {"user", "username"});
-  o.client.password = confValue(r.conf, {"password"});
-  o.client.requestTimeout = r.heartbeatTimeout;
+  o.client = etcdClientOptions(r);  // what `dtrun status` reaches etcd with too
   o.runId = r.runId;
   o.me = nodeInfo(config, facts);
   o.rendezvous = rendezvousSettings(config, plan.kind, plan.joinTimeout);

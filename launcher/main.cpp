@@ -7,6 +7,8 @@
 //   dtrun accelerate [launch] ...      accelerate launch's (launcher/accelerate_launch.h)
 //   dtrun deepspeed [options] script   the deepspeed launcher's (launcher/deepspeed_launch.h)
 //   dtrun store [options]              a standalone store (launcher/store_command.h)
+//   dtrun status [options]             a running job as it is now (launcher/status_command.h)
+//   dtrun timeline LOG... -o FILE      event logs drawn on one time axis (launcher/timeline.h)
 //
 // With --hostfile, the first two start one agent per host over ssh (launcher/multi_host.h)
 // instead of running this node's agent (launcher/launch.h).
@@ -28,7 +30,9 @@
 #include "launcher/logging.h"
 #include "launcher/multi_host.h"
 #include "launcher/slurm.h"
+#include "launcher/status_command.h"
 #include "launcher/store_command.h"
+#include "launcher/timeline_command.h"
 #include "launcher/torch_launch.h"
 
 extern char** environ;
@@ -98,6 +102,8 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
   const std::string sub = argc >= 2 ? argv[1] : "";
   if (sub == "store") return runStoreCommand({argv + 2, argv + argc}, environment());
+  if (sub == "status") return runStatusCommand({argv + 2, argv + argc}, environment());
+  if (sub == "timeline") return runTimelineCommand({argv + 2, argv + argc}, environment());
   const std::vector<std::string> rest(argv + std::min(argc, 2), argv + argc);
   if (sub == "launch") {
     return frontEndCommand(

@@ -244,6 +244,18 @@ ParsedOptions OptionParser::parse(const std::vector<std::string>& args) const {
   const std::string seeHelp = " (see " + spec_.program + " --help)";
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
+    if (spec_.takesScript && spec_.positionalsAnywhere &&
+        (arg == "--" || classify(arg, false).what == Classified::kPositional)) {
+      for (std::size_t k = arg == "--" ? i + 1 : i; k < (arg == "--" ? args.size() : i + 1); ++k) {
+        if (!t.script_) {
+          t.script_ = args[k];
+        } else {
+          t.scriptArgs_.push_back(args[k]);
+        }
+      }
+      if (arg == "--") break;
+      continue;
+    }
     if (arg == "--" || classify(arg, false).what == Classified::kPositional) {
       std::size_t first = arg == "--" ? i + 1 : i;
       if (!spec_.takesScript) {

@@ -131,6 +131,10 @@ struct CommandSpec {
   std::vector<std::string> description;  ///< paragraphs after the usage line
   std::vector<std::pair<std::string, std::string>> positionals;  ///< names and help
   std::vector<std::string> epilog;                               ///< paragraphs after the options
+  /// With takesScript: positional arguments may come anywhere among the options (argparse's
+  /// nargs='+', as in `dtrun timeline a.jsonl b.jsonl -o out.html`); script() is the first,
+  /// scriptArgs() the others. False: the first positional ends the options.
+  bool positionalsAnywhere = false;
 };
 
 class OptionParser {

@@ -37,6 +37,7 @@ TEST_PACKAGES=(
   openssh-server openssh-client     # dtrun --hostfile: the multi-host tests run their own sshd
   etcd-server etcd-client python3-etcd # the etcd backend's tests and torchrun's etcd-v2 in the bench
   dpkg-dev                          # dpkg-shlibdeps: the .deb package test (cpack)
+  prometheus chromium tmux          # observability tests: metrics scraped, timeline drawn, status --watch
 )
 PACKAGES=("${BUILD_PACKAGES[@]}" "${DEMO_PACKAGES[@]}")
 if [[ $mode == test ]]; then PACKAGES+=("${TEST_PACKAGES[@]}"); fi

@@ -110,17 +110,22 @@ TEST_CASE("the worker exit-code rule: the root cause's own code, 256-N for a sig
     f.timestampMs = at;
     return f;
   };
+  // The outcome of a job that failed with these, as the policy makes it, mapped by the one
+  // function that decides exit codes.
+  auto failedJobExitCode = [](ExitCodeScheme scheme, const std::vector<ProcessFailure>& fs) {
+    return exitCodeFor(failedJobOutcome(fs, true, 0), scheme);
+  };
   // The first failure observed decides, whatever the ranks.
   const std::vector<ProcessFailure> two{failure(0, -15, 2000), failure(1, 3, 1000)};
-  CHECK(failedJobExitCode(ExitCodeRule::kWorker, two) == 3);
-  CHECK(failedJobExitCode(ExitCodeRule::kTorchrun, two) == 1);
-  CHECK(failedJobExitCode(ExitCodeRule::kWorker, {failure(1, -9, 5)}) == 247);
-  CHECK(failedJobExitCode(ExitCodeRule::kWorker, {failure(1, 255, 5)}) == 255);
-  CHECK(failedJobExitCode(ExitCodeRule::kWorker, {}) == 1);
+  CHECK(failedJobExitCode(ExitCodeScheme::kWorker, two) == 3);
+  CHECK(failedJobExitCode(ExitCodeScheme::kTorchrun, two) == 1);
+  CHECK(failedJobExitCode(ExitCodeScheme::kWorker, {failure(1, -9, 5)}) == 247);
+  CHECK(failedJobExitCode(ExitCodeScheme::kWorker, {failure(1, 255, 5)}) == 255);
+  CHECK(failedJobExitCode(ExitCodeScheme::kWorker, {}) == 1);
 
   // The policy finishes with it.
   auto s = settings();
-  s.exitCode = ExitCodeRule::kWorker;
+  s.exitCodes = ExitCodeScheme::kWorker;
   Policy p(s, quiet());
   runRound(p, roundOf(0));
   JobState st = stateOf(0);

@@ -25,7 +25,7 @@ using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
 using Catch::Matchers::StartsWith;
 using dtrun::countVisibleGpus;
-using dtrun::agent::ExitCodeRule;
+using dtrun::agent::ExitCodeScheme;
 using dtrun::agent::LaunchConfig;
 using dtrun::agent::Std;
 using dtrun::agent::WorkerVariables;
@@ -241,7 +241,7 @@ std::vector<Case> everyOption() {
       {"log_level", "debug", [](auto& c) { return c.logLevel == "debug"; }},
       {"worker_variables", "deepspeed",
        [](auto& c) { return c.workerVariables == WorkerVariables::kDeepSpeed; }},
-      {"exit_code", "worker", [](auto& c) { return c.exitCode == ExitCodeRule::kWorker; }},
+      {"exit_code", "worker", [](auto& c) { return c.exitCodes == ExitCodeScheme::kWorker; }},
   };
 }
 
@@ -1059,10 +1059,10 @@ TEST_CASE("version: --version prints the version and the commit, before the scri
 TEST_CASE("worker variables and exit code: the conventions of other launchers", "[launcher][cli]") {
   auto cfg = parse({"train.py"});
   CHECK(cfg.workerVariables == WorkerVariables::kTorchrun);
-  CHECK(cfg.exitCode == ExitCodeRule::kTorchrun);
+  CHECK(cfg.exitCodes == ExitCodeScheme::kTorchrun);
   CHECK(parse({"--worker-variables=torchrun", "train.py"}).workerVariables ==
         WorkerVariables::kTorchrun);
-  CHECK(parse({"--exit-code=torchrun", "train.py"}).exitCode == ExitCodeRule::kTorchrun);
+  CHECK(parse({"--exit-code=torchrun", "train.py"}).exitCodes == ExitCodeScheme::kTorchrun);
   // None: the launcher's environment only, so none of torchrun's additions either.
   auto none = parse({"--worker-variables=none", "train.py"}, {{"PATH", "/bin"}});
   CHECK(none.workerVariables == WorkerVariables::kNone);

@@ -54,7 +54,7 @@ TEST_CASE("oracle 5: --num_gpus=2, no hostfile: --local_rank=N right after the s
   const auto& c = launch.invocation.config;
   CHECK(c.nprocPerNode == 2);
   CHECK(c.rdzv.port == 0);  // a free port (DeepSpeed: 29500)
-  CHECK(c.exitCode == agent::ExitCodeRule::kWorker);
+  CHECK(c.exitCodes == agent::ExitCodeScheme::kWorker);
   for (int r = 0; r < 2; ++r) {
     INFO("rank " << r);
     auto w = workerOf(c, r);
@@ -122,7 +122,7 @@ TEST_CASE("oracle 7: the tutorial's 'manual multi-node' flags after the script a
 TEST_CASE("oracle 9: a failed worker's own exit code; --no_local_rank, --module, --no_python",
           "[launcher][deepspeed][oracle]") {
   Fixture f(2);
-  CHECK(f.config({"train.py"}).exitCode == agent::ExitCodeRule::kWorker);
+  CHECK(f.config({"train.py"}).exitCodes == agent::ExitCodeScheme::kWorker);
   CHECK(workerOf(f.config({"--no_local_rank", "train.py", "a"}), 1).argv ==
         Args{"python3", "-u", "train.py", "a"});
   CHECK(workerOf(f.config({"--module", "pkg.train", "a"}), 1).argv ==
