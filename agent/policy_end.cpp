@@ -108,9 +108,10 @@ void Policy::finishLost() {
                          {"round", round_.round},
                          {"others", "unknown"},
                          {"error", lostWhy_}}});
-    succeed("the job was lost after this node's workers succeeded; the other nodes' outcome is "
-            "unknown: " +
-            lostWhy_);
+    succeed(
+        "the job was lost after this node's workers succeeded; the other nodes' outcome is "
+        "unknown: " +
+        lostWhy_);
     return;
   }
   emit(action::Record{"shutdown", {{"reason", "store_lost"}, {"error", lostWhy_}}});
@@ -151,8 +152,7 @@ void Policy::finishWithoutNode() {
                        {"round", round},
                        {"last_round", haveRound_ ? nlohmann::json(round_.round) : nullptr}}});
   finish(JobOutcome{Outcome::kFinishedWithoutThisNode, 0,
-                    "the job finished without this node: round " + std::to_string(round) +
-                        " succeeded on the other nodes"});
+                    "round " + std::to_string(round) + " succeeded on the other nodes"});
 }
 
 void Policy::leaveLostAfterSuccess(const std::string& why) {

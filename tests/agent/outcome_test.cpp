@@ -50,6 +50,26 @@ TEST_CASE("outcome: the detailed scheme tells every outcome apart", "[agent]") {
   CHECK(code(Outcome::kError, d) == 1);
 }
 
+TEST_CASE("outcome: the worker scheme (DeepSpeed's) gives a failed job its root cause's code",
+          "[agent]") {
+  const auto w = ExitCodeScheme::kWorker;
+  auto failed = [](Outcome kind, std::optional<int> root) {
+    JobOutcome o{kind, 0, "why"};
+    o.rootExitCode = root;
+    return o;
+  };
+  CHECK(exitCodeFor(failed(Outcome::kWorkersFailed, 3), w) == 3);
+  CHECK(exitCodeFor(failed(Outcome::kFailedElsewhere, 7), w) == 7);
+  CHECK(exitCodeFor(failed(Outcome::kHung, -9), w) == 247);  // 256-N for signal N
+  CHECK(exitCodeFor(failed(Outcome::kWorkersFailed, 0), w) == 1);
+  CHECK(exitCodeFor(failed(Outcome::kWorkersFailed, std::nullopt), w) == 1);
+  CHECK(code(Outcome::kSucceeded, w) == 0);
+  CHECK(code(Outcome::kFinishedWithoutThisNode, w) == 0);
+  CHECK(code(Outcome::kUsageError, w) == 2);
+  CHECK(code(Outcome::kJobLost, w) == 1);
+  CHECK(code(Outcome::kSignaled, w, SIGTERM) == 1);
+}
+
 TEST_CASE("outcome: names and the schemes' spellings", "[agent]") {
   CHECK(outcomeName(Outcome::kFinishedWithoutThisNode) == "finished_without_this_node");
   CHECK(outcomeName(Outcome::kFailedElsewhere) == "failed_on_another_node");

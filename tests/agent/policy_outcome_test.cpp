@@ -80,15 +80,39 @@ JobOutcome endWith(Policy& p, const std::vector<ProcessFailure>& all) {
 }  // namespace
 
 TEST_CASE("outcome: a join that fails says why", "[agent][policy][outcome]") {
-  using Kind = event::JoinFailed::Kind;
-  for (auto [kind, outcome] : {std::pair{Kind::kNotFormed, Outcome::kRendezvousFailed},
-                               std::pair{Kind::kLost, Outcome::kJobLost},
-                               std::pair{Kind::kJobFinished, Outcome::kFinishedWithoutThisNode}}) {
+  SECTION("timed out, or the store never answered: the rendezvous never formed") {
     Policy p = policy();
     p.handle(event::Start{});
-    const auto o = finished(p.handle(event::JoinFailed{"why", kind}));
-    CHECK(o.kind == outcome);
+    const auto o = finished(p.handle(event::JoinFailed{"why", std::nullopt, {}}));
+    CHECK(o.kind == Outcome::kRendezvousFailed);
     CHECK(o.why == "why");
+    CHECK(exitCodeFor(o, ExitCodeScheme::kDetailed) == 4);
+  }
+  SECTION("the store went away during the join: the job was lost") {
+    Policy p = policy();
+    p.handle(event::Start{});
+    const auto o = finished(p.handle(event::JoinFailed{"gone", std::nullopt, {}, true}));
+    CHECK(o.kind == Outcome::kJobLost);
+    CHECK(exitCodeFor(o, ExitCodeScheme::kDetailed) == 5);
+  }
+  SECTION("the job had succeeded without this node: 0 under every scheme") {
+    Policy p = policy();
+    p.handle(event::Start{});
+    dtrun::rendezvous::JobRecord over;
+    over.succeeded = 3;
+    const auto o = finished(p.handle(event::JoinFailed{"over", over, {}}));
+    CHECK(o.kind == Outcome::kFinishedWithoutThisNode);
+    CHECK(o.why == "round 3 succeeded on the other nodes");
+    CHECK(exitCodeFor(o, ExitCodeScheme::kDetailed) == 0);
+    CHECK(exitCodeFor(o, ExitCodeScheme::kWorker) == 0);
+  }
+  SECTION("the job had failed for good: this node's rendezvous never formed") {
+    Policy p = policy();
+    p.handle(event::Start{});
+    dtrun::rendezvous::JobRecord over;
+    over.final = R"({"reason":"max_restarts","round":2})";
+    const auto o = finished(p.handle(event::JoinFailed{"over", over, {}}));
+    CHECK(o.kind == Outcome::kRendezvousFailed);
   }
 }
 
@@ -130,13 +154,25 @@ TEST_CASE("outcome: signals, a lost job, and success", "[agent][policy][outcome]
     CHECK(o.signal == SIGTERM);
     CHECK(exitCodeFor(o, ExitCodeScheme::kDetailed) == 143);
   }
-  SECTION("the store went away") {
+  SECTION("the store went away, and its record could not be read") {
     Policy p = policy();
     running(p);
     p.handle(event::JobLost{"store at h:1: gone"});
-    const auto o = finished(p.handle(event::WorkersStopped{}));
+    p.handle(event::WorkersStopped{});
+    const auto o = finished(p.handle(event::JobRecordRead{std::nullopt, {}, "refused"}));
     CHECK(o.kind == Outcome::kJobLost);
-    CHECK(o.why == "store at h:1: gone");
+    CHECK(o.why == "store at h:1: gone (refused)");
+    CHECK(exitCodeFor(o, ExitCodeScheme::kDetailed) == 5);
+  }
+  SECTION("the store went away, and its record says the job failed on another node") {
+    Policy p = policy();
+    running(p);
+    p.handle(event::JobLost{"store at h:1: gone"});
+    p.handle(event::WorkersStopped{});
+    dtrun::rendezvous::JobRecord record;
+    record.final = R"({"reason":"max_restarts","round":0})";
+    const auto o = finished(p.handle(event::JobRecordRead{record, {failure(1, "node8")}, ""}));
+    CHECK(o.kind == Outcome::kFailedElsewhere);
   }
   SECTION("every node done") {
     Policy p = policy();
