@@ -213,7 +213,9 @@ constexpr std::array<OptionSpec, 50> kOptions{{
      "Write why the job ended (the outcome, the root cause, the summary line; at most 4096 "
      "bytes) to PATH, for Kubernetes' terminationMessagePath. (default: /dev/termination-log "
      "when it exists and is writable) [env DTRUN_TERMINATION_LOG]",
-     "PATH"},
+     "PATH", "",
+     // Spelled out: --t and --te stay torchrun's abbreviations of --tee.
+     false},
     {"metrics_port", "", OptionKind::kValue, kDtrun, "DTRUN_METRICS_PORT",
      "Serve Prometheus metrics on this port (/metrics, and /healthz for liveness probes); 0 "
      "picks a free port, named in the log, the event log and `dtrun status`. (default: off) "
