@@ -124,7 +124,7 @@ void Policy::finishLost() {
     return;
   }
   log_->error("agent: lost the rendezvous {}{}", lostWhy_, unread);
-  finish(JobOutcome{Outcome::kJobLost, 0, lostWhy_ + unread});
+  finish(JobOutcome{Outcome::kJobLost, 0, "lost the rendezvous " + lostWhy_ + unread});
 }
 
 void Policy::leaveFinishedWithout(std::int64_t round) {
@@ -141,18 +141,17 @@ void Policy::leaveFinishedWithout(std::int64_t round) {
 
 void Policy::finishWithoutNode() {
   const std::int64_t round = withoutNode_.value_or(-1);
-  log_->warn(
-      "agent: [{}] the job finished without this node: round {} succeeded on the other "
-      "nodes{}",
-      settings_.role, round,
-      haveRound_ ? " (this node was last in round " + std::to_string(round_.round) + ")"
-                 : " (this node never joined it)");
+  const std::string why =
+      "round " + std::to_string(round) + " succeeded on the other nodes" +
+      (haveRound_ ? " (this node was last in round " + std::to_string(round_.round) + ")"
+                  : " (this node never joined it)");
+  log_->warn("agent: [{}] the job finished without this node: {}", settings_.role, why);
   emit(action::Record{"shutdown",
                       {{"reason", "finished_without_node"},
                        {"round", round},
                        {"last_round", haveRound_ ? nlohmann::json(round_.round) : nullptr}}});
-  finish(JobOutcome{Outcome::kFinishedWithoutThisNode, 0,
-                    "round " + std::to_string(round) + " succeeded on the other nodes"});
+  // The summary line, the last, says "finished without this node" and then why.
+  finish(JobOutcome{Outcome::kFinishedWithoutThisNode, 0, why});
 }
 
 void Policy::leaveLostAfterSuccess(const std::string& why) {

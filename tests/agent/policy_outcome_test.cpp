@@ -102,7 +102,7 @@ TEST_CASE("outcome: a join that fails says why", "[agent][policy][outcome]") {
     over.succeeded = 3;
     const auto o = finished(p.handle(event::JoinFailed{"over", over, {}}));
     CHECK(o.kind == Outcome::kFinishedWithoutThisNode);
-    CHECK(o.why == "round 3 succeeded on the other nodes");
+    CHECK(o.why == "round 3 succeeded on the other nodes (this node never joined it)");
     CHECK(exitCodeFor(o, ExitCodeScheme::kDetailed) == 0);
     CHECK(exitCodeFor(o, ExitCodeScheme::kWorker) == 0);
   }
@@ -161,7 +161,7 @@ TEST_CASE("outcome: signals, a lost job, and success", "[agent][policy][outcome]
     p.handle(event::WorkersStopped{});
     const auto o = finished(p.handle(event::JobRecordRead{std::nullopt, {}, "refused"}));
     CHECK(o.kind == Outcome::kJobLost);
-    CHECK(o.why == "store at h:1: gone (refused)");
+    CHECK(o.why == "lost the rendezvous store at h:1: gone (refused)");
     CHECK(exitCodeFor(o, ExitCodeScheme::kDetailed) == 5);
   }
   SECTION("the store went away, and its record says the job failed on another node") {
