@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/free_port.h"
 #include "common/host_port.h"
+#include "common/node_id.h"
 
 namespace dtrun::agent {
 namespace keys = rendezvous::keys;

@@ -31,8 +31,8 @@
 #include "agent/failure_report.h"
 #include "agent/job_link.h"
 #include "agent/launch_config.h"
-#include "common/exit_status.h"
 #include "agent/outcome.h"
+#include "common/exit_status.h"
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/job_record.h"
 

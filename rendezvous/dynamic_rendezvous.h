@@ -54,7 +54,8 @@ struct NodeInfo {
   int pid = 0;       ///< agent pid
   int nproc = 1;     ///< workers on this node
   std::string role = "default";
-  /// The agent's member id (keys::memberId: "host:pid:nonce"), which names its status keys;
+  /// The agent's member id (nodeId(host, pid, nonce): "host:pid:nonce"), which names its status
+  /// keys;
   /// "" in descriptions written before agents published one.
   std::string member;
 };

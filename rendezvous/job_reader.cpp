@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "common/decimal.h"
 #include "rendezvous/rendezvous_keys.h"
 
 namespace dtrun::rendezvous {
@@ -58,7 +59,7 @@ JobSnapshot readJob(TcpStore& store, const std::string& runId) {
     const auto k = keys::parseKey(key);
     if (!k || k->kind != Kind::kAgent) continue;
     if (k->name == "gone") {
-      snap.disconnected[k->member] = keys::parseCounter(value).value_or(0) > 0;
+      snap.disconnected[k->member] = parseDecimal(value).value_or(0) > 0;
     } else if (!snap.disconnected.count(k->member)) {
       snap.disconnected[k->member] = false;
     }
@@ -96,7 +97,7 @@ JobSnapshot readJob(etcd::EtcdClient& client, const std::string& runId) {
   for (const auto& kv : all.kvs) {
     std::string key = kv.key.substr(prefix.size());
     if (const auto mark = key.find('\x01'); mark != std::string::npos) {
-      increments[key.substr(0, mark)] += keys::parseCounter(kv.value).value_or(0);
+      increments[key.substr(0, mark)] += parseDecimal(kv.value).value_or(0);
       continue;
     }
     const auto k = keys::parseKey(key);
@@ -105,7 +106,7 @@ JobSnapshot readJob(etcd::EtcdClient& client, const std::string& runId) {
   }
   for (const auto& [key, sum] : increments) {
     auto& v = plain[key];
-    v = std::to_string(keys::parseCounter(v).value_or(0) + sum);
+    v = std::to_string(parseDecimal(v).value_or(0) + sum);
   }
   JobSnapshot snap;
   std::vector<std::string> listed;

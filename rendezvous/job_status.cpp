@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "common/decimal.h"
 #include "rendezvous/rendezvous_keys.h"
 
 namespace dtrun::rendezvous {
@@ -71,7 +72,7 @@ struct Reader {
   }
   std::int64_t counter(const std::string& key) const {
     auto v = get(key);
-    return v ? keys::parseCounter(*v).value_or(0) : 0;
+    return v ? parseDecimal(*v).value_or(0) : 0;
   }
 };
 
@@ -167,7 +168,7 @@ JobStatus describeJob(const std::string& runId, const JobSnapshot& snap) {
     JobStatus::Round round;
     round.round = k;
     if (auto closed = r.get(keys::roundKey(k, keys::kClosed))) {
-      const auto packed = keys::parseCounter(*closed).value_or(0);
+      const auto packed = parseDecimal(*closed).value_or(0);
       round.closed = true;
       round.nodes = keys::joinedNodes(packed);
       round.worldSize = keys::joinedProcs(packed);

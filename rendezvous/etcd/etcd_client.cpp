@@ -238,8 +238,8 @@ void EtcdClient::leaseRevoke(std::int64_t id) {
 std::optional<EtcdClient::LeaseTtl> EtcdClient::leaseTimeToLive(std::int64_t id) {
   json j = call("/v3/lease/timetolive", {{"ID", std::to_string(id)}});
   LeaseTtl t;
-  t.left = number(j, "TTL");
-  t.granted = number(j, "grantedTTL");
+  t.left = gatewayNumber(j, "TTL");
+  t.granted = gatewayNumber(j, "grantedTTL");
   if (t.left < 0) return std::nullopt;  // etcd answers TTL -1 for a lease that is gone
   return t;
 }
