@@ -318,10 +318,10 @@ void DynamicRendezvous::waitForRound(std::int64_t round, Clock::time_point deadl
 }
 
 bool DynamicRendezvous::everyMemberGone(std::int64_t round) {
-  const std::string closed = roundKey(round, "closed");
+  const std::string closed = roundKey(round, keys::kClosed);
   if (round < 0 || !store_->check({closed})) return false;
   const int members = joinedNodes(number(*store_, closed, store_->get(closed, kSlice)));
-  return members > 0 && counter(goneKey(round)) >= members;
+  return members > 0 && counter(keys::goneKey(round)) >= members;
 }
 
 std::vector<NodeInfo> DynamicRendezvous::roster(std::int64_t round, int count) {
