@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "launcher/args.h"
+#include "launcher/rdzv_args.h"
 #include "launcher/store_command.h"
 
 namespace dtrun::launcher {

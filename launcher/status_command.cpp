@@ -10,6 +10,7 @@
 
 #include "launcher/args.h"
 #include "launcher/option_parser.h"
+#include "launcher/rdzv_args.h"
 #include "launcher/rendezvous_access.h"
 #include "rendezvous/job_reader.h"
 

@@ -12,6 +12,7 @@ using namespace dtrun::agent;
 using dtrun::agent::testing::roundOf;
 using dtrun::rendezvous::JobState;
 using State = Policy::State;
+using dtrun::ExitStatus;
 
 namespace {
 

@@ -310,9 +310,9 @@ TEST_CASE("rendezvous: a waiting node opens the next round when every running no
   });
   auto& probe = first[0];
   REQUIRE(pollUntil([&] { return probe.rdzv->state(0).waiting == 1; }));
-  CHECK_FALSE(probe.store->check({DynamicRendezvous::roundKey(1, "opened")}));
+  CHECK_FALSE(probe.store->check({keys::roundKey(1, keys::kOpened)}));
   // The one member of round 0 dies: its connection's close counts it gone.
-  probe.store->add(DynamicRendezvous::goneKey(0), 1);
+  probe.store->add(keys::goneKey(0), 1);
   t.join();
   CHECK(error == "");
   REQUIRE(lateInfo);
