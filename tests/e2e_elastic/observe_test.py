@@ -19,6 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import harness
+import dtrun_testing  # noqa: E402 (harness puts tests/support on the path)
 import observe_tools as tools
 from harness import Failed, Skip, check, log, poll
 
@@ -187,7 +188,7 @@ def status_token_and_errors(job):
     rc, _, err = tools.status(job, extra=["--rdzv-conf", f"token_file={token}"])
     job.run_id = saved
     one_line(rc, err, "no job 'not-this-job'")
-    port = harness.free_port()
+    port = dtrun_testing.free_port()
     rc, _, err = tools.status(job, endpoint=f"127.0.0.1:{port}",
                               extra=["--rdzv-conf", "heartbeat_timeout=1"])
     one_line(rc, err, f"nothing answers at 127.0.0.1:{port}")
@@ -235,7 +236,7 @@ def metrics_prometheus_timeline(job):
     both agents, read back through Prometheus' query API; the other agent leaves (SIGTERM): the
     survivor counts node_left. The job's timeline (both event logs) is then rendered by
     headless chromium: one bar per worker lifetime, in its outcome's colour."""
-    port = harness.free_port()
+    port = dtrun_testing.free_port()
     endpoint = f"127.0.0.1:{port}"
     opts = dict(endpoint=endpoint, conf=CONF,
                 extra=["--max-restarts", "3", "--metrics-port", "0", "--metrics-host", "127.0.0.1"])

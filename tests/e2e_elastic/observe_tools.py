@@ -19,6 +19,7 @@ import zlib
 from pathlib import Path
 
 import harness
+import dtrun_testing  # noqa: E402 (harness puts tests/support on the path)
 from harness import Skip, poll
 
 PROMETHEUS = "/usr/bin/prometheus"
@@ -66,7 +67,7 @@ class Prometheus:
             f"    scrape_interval: {interval}\n"
             "    static_configs:\n"
             "      - targets: [" + ", ".join(f"'{t}'" for t in targets) + "]\n")
-        self.port = harness.free_port()  # prometheus takes a port number, not a socket
+        self.port = dtrun_testing.free_port()  # prometheus takes a port number, not a socket
         self.log = open(self.dir / "prometheus.log", "wb")
         self.proc = subprocess.Popen(
             [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={self.dir / 'data'}",
