@@ -25,7 +25,6 @@ namespace {
 using agent::LaunchConfig;
 using Env = std::map<std::string, std::string>;
 
-
 std::optional<std::string> envValue(const Env& env, const std::string& name) {
   auto it = env.find(name);
   return it == env.end() ? std::nullopt : std::optional<std::string>(it->second);
