@@ -103,8 +103,17 @@ if MODE == "fields":
     out = fields()
     out["torch_preloaded"] = TORCH_AT_START
     path = os.path.join(ARG, f"fields-{ROUND}-{RANK}.json")
-    with open(path, "w") as f:
+    with open(path + ".tmp", "w") as f:
         json.dump(out, f, indent=1, sort_keys=True)
+    os.rename(path + ".tmp", path)  # whole or absent, never half written
+    # The first exit 3 stops the group: wait (bounded) until every rank has written its file, so
+    # that a slower rank is not stopped before it did.
+    import time
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not all(
+            os.path.exists(os.path.join(ARG, f"fields-{ROUND}-{r}.json"))
+            for r in range(int(os.environ["WORLD_SIZE"]))):
+        time.sleep(0.01)
     print(f"rank {RANK} stdout line", flush=True)
     print(f"rank {RANK} stderr line", file=sys.stderr, flush=True)
     sys.exit(3)
