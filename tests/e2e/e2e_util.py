@@ -11,10 +11,11 @@ import argparse
 import os
 import shutil
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from dtrun_testing import events, run, skip  # noqa: E402,F401  (re-exported for the e2e tests)
+# wait_for: a poll with a deadline that fails naming what it waited for.
+from dtrun_testing import Checks, events, run, skip  # noqa: E402,F401  (re-exported)
+from dtrun_testing import poll as wait_for  # noqa: E402,F401
 
 ANCHOR = os.environ.get(
     "DTRUN_TORCHRUN_ANCHOR",
@@ -57,44 +58,9 @@ def named(evs, name):
     return [e for e in evs if e["event"] == name]
 
 
-def wait_for(cond, timeout, what):
-    """Polls `cond` until it returns something truthy (returned) or `timeout` seconds pass
-    (AssertionError naming `what`)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
-
-
-class Checker:
-    """Collects failed checks, prints each, and gives the exit code at the end: a failure when a
-    check failed, or when none was made (a test that asserts nothing cannot fail)."""
-
-    def __init__(self):
-        self.failures = 0
-        self.count = 0
-
-    def check(self, ok, what):
-        print(("ok    " if ok else "FAIL  ") + what, flush=True)
-        self.count += 1
-        if not ok:
-            self.failures += 1
-        return ok
-
-    def equal(self, actual, expected, what):
-        return self.check(actual == expected, f"{what}: {actual!r} == {expected!r}")
-
-    def exit_code(self):
-        if self.count == 0:
-            print("FAIL  no check was made: a test that asserts nothing cannot fail", flush=True)
-            return 1
-        print(f"{self.failures} of {self.count} check(s) failed" if self.failures else
-              f"all {self.count} checks passed")
-        return 1 if self.failures else 0
+def Checker():
+    """The e2e tests' checker: every check counted and printed, the failures the exit code."""
+    return Checks(collect=True)
 
 
 def cases(namespace):
