@@ -29,13 +29,16 @@ from soak_job import LEASE_S, RECOVERY_DEADLINE_S, STALL_S, netns, wait_for
 SHORT_S = 0.5
 LONG_S = LEASE_S + 1.5
 
-# Which kinds each launcher and backend runs. torchrun 1.13 gets the kinds it survives.
+# Which kinds each launcher and backend runs. torchrun 1.13 gets the kinds it survives: not
+# agent_kill (in the 2026-12-02 soak, 3 of 3 torchrun jobs saw no new round within 90 s of a
+# non-host agent's SIGKILL; why was not investigated), nor the kinds that need dtrun's options
+# (stall: --stall-timeout) or dtrun's own behaviour to be judged (terminate, stop, partition).
 KINDS = {
     ("dtrun", "c10d"): ["worker_kill", "two_workers", "agent_kill", "terminate", "stop_cont",
                         "late_join", "stall", "partition"],
     ("dtrun", "etcd"): ["worker_kill", "two_workers", "agent_kill", "terminate", "stop_cont",
                         "late_join", "stall", "etcd_host_kill", "etcd_member_kill"],
-    ("torchrun", "c10d"): ["worker_kill", "two_workers", "agent_kill", "late_join"],
+    ("torchrun", "c10d"): ["worker_kill", "two_workers", "late_join"],
 }
 
 
@@ -106,7 +109,10 @@ def two_workers(job, spec):
         return None
     t0 = _kill(first["pid"], signal.SIGKILL)
     time.sleep(0.05)  # "close together": the fault's own spacing
-    _kill(second["pid"], signal.SIGKILL)
+    try:
+        _kill(second["pid"], signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # it already ended of the first one's loss (its peer left the collective)
     return _restart(job, spec, t0)
 
 
@@ -202,4 +208,7 @@ def etcd_member_kill(job, spec):
 
 
 def inject(job, spec):
-    return globals()[spec["kind"]](job, spec)
+    try:
+        return globals()[spec["kind"]](job, spec)
+    except ProcessLookupError:
+        return None  # the target ended between being chosen and the signal: nothing injected

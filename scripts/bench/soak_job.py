@@ -32,7 +32,7 @@ import netns  # noqa: E402
 PYTHON = os.environ.get("DTRUN_SYSTEM_PYTHON", "/usr/bin/python3")
 TRAINER = HERE / "soak_trainer.py"
 ANCHOR = Path(os.environ.get("DTRUN_TORCHRUN_ANCHOR", HERE / "torchrun_anchor.py"))
-STEPS = 24
+STEPS = 40
 LEASE_S = 3.0  # keep_alive_interval 1 s x keep_alive_max_attempt 3
 STALL_S = 6
 CONF = {"keep_alive_interval": 1, "keep_alive_max_attempt": 3, "heartbeat_timeout": 3,
@@ -136,7 +136,8 @@ class Job:
                 "--stall-timeout", str(STALL_S), "--rdzv-conf", conf,
                 "--log-dir", str(self.dir / "logs"),
                 "--event-log", str(self.dir / f"agent{index}.events.jsonl"),
-                "--no-python", *trainer]
+                *(["--prewarm", "torch"] if p.get("prewarm") else []),
+                "--python", PYTHON, *trainer[2:]]  # dtrun runs `PYTHON -u TRAINER ...`
         if self.netns:
             argv = ["ip", "netns", "exec", netns.node_ns(self.netns, index), *argv]
         return argv
@@ -225,7 +226,8 @@ class Job:
         """Plays the job; returns its summary dict (never raises for a job failure)."""
         t_begin = time.time()
         summary = {"seed": self.plan["seed"], "launcher": self.plan["launcher"],
-                   "backend": self.plan["backend"], "faults": self.results, "hang": None,
+                   "backend": self.plan["backend"], "prewarm": self.plan.get("prewarm", False),
+                   "faults": self.results, "hang": None,
                    "problems": []}
         try:
             self.setup()
