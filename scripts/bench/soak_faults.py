@@ -48,8 +48,26 @@ def _pick(items, spec, key="pick"):
 
 
 def _workers(job):
-    return [w for w in soak_job.fault.workers(job.run_id) if soak_job.fault._stat(w["pid"])
-            and soak_job.fault._stat(w["pid"])[0] not in ("T", "t")]
+    """The running workers of the group that trains now, from the trainer's own start records
+    (every worker writes its pid, rank and round first thing): the same for dtrun's cold and
+    warm starts and for torchrun's workers. (fault.workers sees neither a warm worker, whose
+    /proc environment is its standby's, nor torchrun's, which do not lead process groups.) A pid
+    counts only while its environment still names the job, so a reused pid is never hit."""
+    groups = job.records("group")
+    if not groups:
+        return []
+    current = groups[-1]["round"]
+    out = []
+    for r in job.records("start"):
+        if r["round"] != current:
+            continue
+        st = soak_job.fault._stat(r["pid"])
+        env = soak_job.fault._environ(r["pid"]) or {}
+        if st is None or st[0] in ("Z", "X", "T", "t") or \
+                env.get("TORCHELASTIC_RUN_ID") != job.run_id:
+            continue
+        out.append({"pid": r["pid"], "agent": st[1], "rank": r["rank"]})
+    return out
 
 
 def _bystanders(job):
@@ -74,8 +92,11 @@ def _restart(job, spec, t0, variant=""):
     g = wait_for(lambda: job.group_after(t0), RECOVERY_DEADLINE_S + (STALL_S if spec["kind"] ==
                                                                       "stall" else 0),
                  f"a new round after the {spec['kind']} fault")
+    # Two end points: the last worker of the new group started (the trainer's first line), and
+    # the group training again (its first all-reduce: imports and the process group done).
     result = {"kind": spec["kind"], "variant": variant, "t0": t0, "restarted": True,
-              "recovery_s": g["started"] - t0, "evlog_s": None, "world": g["world"]}
+              "recovery_s": g["started"] - t0, "resumed_s": g["t"] - t0, "evlog_s": None,
+              "world": g["world"]}
     if job.plan["launcher"] == "dtrun":
         ts = wait_for(lambda: job.evlog_start(g["round"]), 10, "the round's worker_started")
         result["evlog_s"] = ts - t0
@@ -89,7 +110,8 @@ def _ride_out(job, spec, t0, variant):
         time.sleep(0.1)  # the observation window itself
     g = job.group_after(t0)
     return {"kind": spec["kind"], "variant": variant, "t0": t0, "restarted": g is not None,
-            "recovery_s": (g["started"] - t0) if g else None, "evlog_s": None,
+            "recovery_s": (g["started"] - t0) if g else None,
+            "resumed_s": (g["t"] - t0) if g else None, "evlog_s": None,
             "world": g["world"] if g else None}
 
 

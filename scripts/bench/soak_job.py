@@ -299,14 +299,17 @@ class Job:
         summary["exit_codes"] = codes
 
     def _check_orphans(self, summary):
-        left = [w for w in fault.workers(self.run_id)]
+        """Any process of the job (a worker, a worker's child, a standby) alive once every agent
+        of the job has returned."""
+        left = fault.job_processes(self.run_id)
         agents = [n.pid for n in self.nodes if n.alive()]
         if left or agents:
             time.sleep(1.0)  # report only what is still there a second later
-            left = fault.workers(self.run_id)
+            left = fault.job_processes(self.run_id)
         summary["orphans"] = [w["pid"] for w in left]
         if left:
-            summary["problems"].append(f"orphans: {len(left)} worker(s) alive after the agents")
+            summary["problems"].append(
+                f"orphans: {len(left)} process(es) of the job alive after the agents")
 
     def teardown(self, summary):
         for n in self.nodes:
@@ -321,7 +324,7 @@ class Job:
                 n.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 pass
-        for w in fault.workers(self.run_id):
+        for w in fault.job_processes(self.run_id):
             try:
                 os.kill(w["pid"], signal.SIGCONT)
                 os.kill(w["pid"], signal.SIGKILL)

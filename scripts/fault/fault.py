@@ -96,6 +96,26 @@ def workers(run_id):
     return found
 
 
+def job_processes(run_id):
+    """Every live process whose environment names the run: the workers, their children, and
+    processes a worker started with its environment (for dtrun with --prewarm also the standby
+    interpreters, whose /proc environment is the one they were started with). What must be
+    gone once the job's agents have returned. Dicts with pid and ppid."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        env = _environ(pid)
+        if not env or env.get("TORCHELASTIC_RUN_ID") != run_id:
+            continue
+        st = _stat(pid)
+        if st is None or st[0] in ("Z", "X"):
+            continue
+        found.append({"pid": pid, "ppid": st[1]})
+    return found
+
+
 def _newest(candidates):
     if not candidates:
         return []
