@@ -137,6 +137,8 @@ class Job:
                 "--log-dir", str(self.dir / "logs"),
                 "--event-log", str(self.dir / f"agent{index}.events.jsonl"),
                 *(["--prewarm", "torch"] if p.get("prewarm") else []),
+                # e.g. --dump-stacks when replaying a job whose worker was killed as hung
+                *os.environ.get("DTRUN_SOAK_ARGS", "").split(),
                 "--python", PYTHON, *trainer[2:]]  # dtrun runs `PYTHON -u TRAINER ...`
         if self.netns:
             argv = ["ip", "netns", "exec", netns.node_ns(self.netns, index), *argv]
