@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/file_util.h"
 
 namespace dtrun::agent {
 
@@ -107,14 +108,8 @@ FileTimerServer::~FileTimerServer() { stop(); }
 
 void FileTimerServer::createFifo() {
   if (path_.empty()) {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/dtrun-timer-XXXXXX";
-    if (!::mkdtemp(dir.data())) {
-      throw Error("file timer: cannot create a private directory " + dir + ": " +
-                  std::strerror(errno));
-    }
-    privateDir_ = dir;
-    path_ = dir + "/timer.fifo";
+    privateDir_ = makePrivateTempDir("dtrun-timer", "file timer");
+    path_ = privateDir_ + "/timer.fifo";
   }
   struct stat st {};
   if (::lstat(path_.c_str(), &st) == 0) {

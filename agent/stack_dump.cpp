@@ -14,6 +14,7 @@
 
 #include "agent/process_tree.h"
 #include "common/error.h"
+#include "common/file_util.h"
 
 namespace dtrun::agent {
 
@@ -112,15 +113,8 @@ struct StackDump::Pending {
 };
 
 StackDump::StackDump(boost::asio::io_context& io) : io_(io), signal_(SIGRTMIN + 6), timer_(io) {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/dtrun-stacks-XXXXXX";
-  if (!::mkdtemp(dir.data())) {
-    throw Error("hang stacks: cannot create a directory " + dir + ": " + std::strerror(errno));
-  }
-  dir_ = dir;
-  std::ofstream out(dir_ + "/sitecustomize.py");
-  out << kSiteCustomize;
-  if (!out.flush()) throw Error("hang stacks: cannot write " + dir_ + "/sitecustomize.py");
+  dir_ = makePrivateTempDir("dtrun-stacks", "hang stacks");
+  writeWholeFile(dir_ + "/sitecustomize.py", kSiteCustomize, 0600, "the stack-dump hook");
 }
 
 StackDump::~StackDump() {

@@ -4,9 +4,6 @@
 #include <unistd.h>
 
 #include <boost/asio/post.hpp>
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
 
 #include "agent/standby_bootstrap_text.h"
@@ -50,12 +47,7 @@ StandbyPool::StandbyPool(boost::asio::io_context& io, const LaunchConfig& config
       modules_(joined(config.prewarm)),
       slots_(static_cast<std::size_t>(config.nprocPerNode)),
       deadline_(io) {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/dtrun-prewarm-XXXXXX";
-  if (!::mkdtemp(dir.data())) {
-    throw Error("prewarm: cannot create a directory " + dir + ": " + std::strerror(errno));
-  }
-  dir_ = dir;
+  dir_ = makePrivateTempDir("dtrun-prewarm", "prewarm");
   writeWholeFile(dir_ + "/sitecustomize.py", kStandbyBootstrap, 0600, "prewarm hook");
   writeWholeFile(dir_ + "/dtrun_prewarm_probe.py", kProbeScript, 0600, "prewarm probe");
 }

@@ -6,6 +6,7 @@
 #include <boost/asio/post.hpp>
 
 #include "agent/process_tree.h"
+#include "common/duration_text.h"
 #include "common/signals.h"
 
 namespace dtrun::agent {
@@ -71,16 +72,13 @@ void WorkerGroup::armStopNotice(int first, std::chrono::milliseconds grace,
     }
     const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
         std::chrono::steady_clock::now() - started);
-    const auto seconds = [](std::chrono::milliseconds d) {
-      return fmt::format("{:.1f} s", static_cast<double>(d.count()) / 1000.0);
-    };
     const std::string next =
-        first == SIGKILL ? "given up on " + seconds(grace) + " after SIGKILL"
-        : elapsed < grace
-            ? "SIGKILL in " + seconds(grace - elapsed)
-            : "SIGKILL was sent; given up on " + seconds(2 * grace) + " after " + signalName(first);
+        first == SIGKILL  ? "given up on " + secondsText(grace) + " after SIGKILL"
+        : elapsed < grace ? "SIGKILL in " + secondsText(grace - elapsed)
+                          : "SIGKILL was sent; given up on " + secondsText(2 * grace) + " after " +
+                                signalName(first);
     log_->warn("agent: stopping the workers ({} {} ago): still waiting for {}; {}",
-               signalName(first), seconds(elapsed), waiting, next);
+               signalName(first), secondsText(elapsed), waiting, next);
     armStopNotice(first, grace, started, kStopNoticeEvery);
   });
 }

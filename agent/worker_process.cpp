@@ -14,14 +14,11 @@
 #include <boost/asio/signal_set.hpp>
 
 #include "agent/process_tree.h"
+#include "common/duration_text.h"
 #include "common/signals.h"
 
 namespace dtrun::agent {
 namespace {
-
-std::string secondsText(std::chrono::milliseconds d) {
-  return fmt::format("{:.1f} s", static_cast<double>(d.count()) / 1000.0);
-}
 
 std::string stateOf(int pid) {
   auto st = readProcStat(pid);

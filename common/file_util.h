@@ -1,5 +1,6 @@
-// writeWholeFile: one small file written in full, with errors that name it. Header-only, so the
-// agent and worker_runtime (which takes only the store client's objects) share it.
+// writeWholeFile: one small file written in full, with errors that name it; makePrivateTempDir:
+// a fresh 0700 directory under $TMPDIR. Header-only, so the agent and worker_runtime (which
+// takes only the store client's objects) share them.
 #pragma once
 
 #include <fcntl.h>
@@ -7,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -36,6 +38,17 @@ inline void writeWholeFile(const std::string& path, std::string_view text, mode_
     done += static_cast<std::size_t>(n);
   }
   if (::close(fd) != 0) throw fail(errno);
+}
+
+/// A fresh directory $TMPDIR/<prefix>-XXXXXX (/tmp without TMPDIR), mode 0700 (mkdtemp); returns
+/// its path. Throws dtrun::Error "<what>: cannot create a directory <path>: <reason>". Blocking.
+inline std::string makePrivateTempDir(const std::string& prefix, const std::string& what) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/" + prefix + "-XXXXXX";
+  if (!::mkdtemp(dir.data())) {
+    throw Error(what + ": cannot create a directory " + dir + ": " + std::strerror(errno));
+  }
+  return dir;
 }
 
 }  // namespace dtrun
