@@ -1,15 +1,58 @@
 #include "agent/local_job.h"
 
+#include <spdlog/sinks/null_sink.h>
+#include <unistd.h>
+
 #include <boost/asio/post.hpp>
-#include <nlohmann/json.hpp>
 
 #include "common/abort_key.h"
 #include "common/free_port.h"
+#include "rendezvous/job_record.h"
 
 namespace dtrun::agent {
 
+namespace {
+
+rendezvous::NodeInfo thisNode(const LocalJobOptions& o) {
+  rendezvous::NodeInfo n;
+  n.host = "localhost";
+  n.addr = o.localAddr;
+  n.pid = static_cast<int>(::getpid());
+  n.nproc = o.nproc;
+  n.role = o.role;
+  return n;
+}
+
+rendezvous::RendezvousSettings oneNode() {
+  rendezvous::RendezvousSettings s;
+  s.minNodes = 1;
+  s.maxNodes = 1;
+  return s;
+}
+
+}  // namespace
+
 LocalJob::LocalJob(boost::asio::io_context& io, LocalJobOptions options)
-    : io_(io), options_(std::move(options)) {}
+    : io_(io),
+      options_(std::move(options)),
+      store_(std::make_shared<rendezvous::InMemoryStore>()),
+      // Its log lines would only repeat what the agent says of a one-node job.
+      rdzv_(std::make_unique<rendezvous::DynamicRendezvous>(
+          store_, thisNode(options_), oneNode(), nullptr,
+          std::make_shared<spdlog::logger>("local-rendezvous",
+                                           std::make_shared<spdlog::sinks::null_sink_mt>()))) {}
+
+template <typename T, typename F>
+void LocalJob::answer(F work, std::function<void(Result<T>)> done, bool changes) {
+  Result<T> r;
+  try {
+    r.value = work();
+  } catch (...) {
+    r.error = std::current_exception();
+  }
+  if (changes) changed();  // the watch first, as a shared store's epoch would wake it
+  later([done = std::move(done), r = std::move(r)] { done(r); });
+}
 
 void LocalJob::later(std::function<void()> f) {
   boost::asio::post(io_, [this, f = std::move(f)] {
@@ -29,13 +72,7 @@ void LocalJob::watch(std::function<void()> onChange, std::function<void(std::str
 }
 
 void LocalJob::join(std::function<void(Result<rendezvous::RoundInfo>)> done) {
-  rendezvous::RoundInfo r;
-  r.round = round_;
-  r.groupRank = 0;
-  r.groupWorldSize = 1;
-  r.rankOffset = 0;
-  r.worldSize = options_.nproc;
-  later([done = std::move(done), r] { done(Result<rendezvous::RoundInfo>::success(r)); });
+  answer<rendezvous::RoundInfo>([this] { return rdzv_->join(); }, std::move(done));
 }
 
 void LocalJob::workerStore(const rendezvous::RoundInfo&,
@@ -51,61 +88,42 @@ void LocalJob::workerStore(const rendezvous::RoundInfo&,
 }
 
 void LocalJob::readRecord(std::function<void(Result<rendezvous::JobRecord>)> done) {
-  rendezvous::JobRecord o;
-  o.final = final_;
-  later([done = std::move(done), o] { done(Result<rendezvous::JobRecord>::success(o)); });
+  answer<rendezvous::JobRecord>([this] { return rendezvous::readJobRecord(*store_); },
+                                std::move(done));
 }
 
 void LocalJob::state(std::int64_t round, std::function<void(Result<rendezvous::JobState>)> done) {
-  rendezvous::JobState s;
-  s.round = round_;
-  s.final = final_;
-  s.done = done_.count(round) ? done_[round] : 0;
-  s.restarts = restarts_;
-  later([done = std::move(done), s] { done(Result<rendezvous::JobState>::success(s)); });
+  answer<rendezvous::JobState>([this, round] { return rdzv_->state(round); }, std::move(done));
 }
 
 void LocalJob::reportFailure(std::int64_t round, std::string failureJson, int maxRestarts,
                              std::function<void(Result<bool>)> done) {
-  failures_[round].push_back(std::move(failureJson));
-  // As the shared rendezvous: the first report of the current round decides; a failure restart
-  // past --max-restarts makes the job final instead of opening a round.
-  const bool decided = round == round_ && !final_;
-  if (decided) {
-    if (++restarts_ > maxRestarts) {
-      final_ = nlohmann::json{{"reason", "max_restarts"},
-                              {"round", round},
-                              {"restarts", restarts_ - 1},
-                              {"max_restarts", maxRestarts}}
-                   .dump();
-    } else {
-      ++round_;
-    }
-  }
-  changed();
-  later([done = std::move(done), decided] { done(Result<bool>::success(decided)); });
+  answer<bool>(
+      [this, round, &failureJson, maxRestarts] {
+        rdzv_->reportFailure(round, failureJson);
+        return rdzv_->advance(round, rendezvous::AdvanceReason::kFailure, maxRestarts);
+      },
+      std::move(done), true);
 }
 
 void LocalJob::advance(std::int64_t round, std::function<void(Result<bool>)> done) {
   // Membership never changes when nobody else can join; a request still opens the next round.
-  const bool decided = round == round_ && !final_;
-  if (decided) ++round_;
-  changed();
-  later([done = std::move(done), decided] { done(Result<bool>::success(decided)); });
+  answer<bool>(
+      [this, round] { return rdzv_->advance(round, rendezvous::AdvanceReason::kMembership, 0); },
+      std::move(done), true);
 }
 
-void LocalJob::markDone(std::int64_t round, int, std::function<void(Result<std::int64_t>)> done) {
-  const std::int64_t n = ++done_[round];
-  changed();
-  later([done = std::move(done), n] { done(Result<std::int64_t>::success(n)); });
+void LocalJob::markDone(std::int64_t round, int groupWorldSize,
+                        std::function<void(Result<std::int64_t>)> done) {
+  answer<std::int64_t>(
+      [this, round, groupWorldSize] { return rdzv_->markDone(round, groupWorldSize); },
+      std::move(done), true);
 }
 
 void LocalJob::failures(std::int64_t round,
                         std::function<void(Result<std::vector<std::string>>)> done) {
-  auto list = failures_[round];
-  later([done = std::move(done), list = std::move(list)] {
-    done(Result<std::vector<std::string>>::success(list));
-  });
+  answer<std::vector<std::string>>([this, round] { return rdzv_->failures(round); },
+                                   std::move(done));
 }
 
 void LocalJob::abortWorkers(std::int64_t round, std::string reason, std::function<void()> done) {

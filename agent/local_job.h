@@ -1,19 +1,22 @@
 // LocalJob: the JobLink of a job that is this node alone: --standalone, or a single-node run on
-// a free port that no other agent can know. Its rendezvous needs no store round trip: every
-// round has this node as group rank 0 of 1, and the job-wide state (round, restarts, failures,
-// done) lives here. Only the workers use the store, and only an abort for native workers writes
-// to it.
+// a free port that no other agent can know. Its rendezvous is the same DynamicRendezvous as
+// every other backend's, over an InMemoryStore in this process: one copy of the restart rules,
+// the final record and the success record. With one node every round closes at once, so its
+// calls never wait; they run on the io thread and answer later, as any JobLink's. Only the
+// workers use a network store, and only an abort for native workers writes to it.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
 #include <cstdint>
 #include <functional>
-#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "agent/job_link.h"
+#include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/in_memory_store.h"
 
 namespace dtrun::agent {
 
@@ -60,16 +63,17 @@ class LocalJob : public JobLink {
   /// Runs `f` later on the io thread unless the job was closed meanwhile.
   void later(std::function<void()> f);
   void changed();
+  /// Runs `work` now (the rendezvous over the in-process store never waits) and hands its
+  /// result, or what it threw, to `done` later; after the watch's onChange when `changes`.
+  template <typename T, typename F>
+  void answer(F work, std::function<void(Result<T>)> done, bool changes = false);
 
   boost::asio::io_context& io_;
   LocalJobOptions options_;
+  std::shared_ptr<rendezvous::InMemoryStore> store_;
+  std::unique_ptr<rendezvous::DynamicRendezvous> rdzv_;
   std::function<void()> onChange_;
   bool closed_ = false;
-  std::int64_t round_ = 0;
-  std::int64_t restarts_ = 0;
-  std::optional<std::string> final_;
-  std::map<std::int64_t, std::vector<std::string>> failures_;
-  std::map<std::int64_t, std::int64_t> done_;
 };
 
 }  // namespace dtrun::agent

@@ -48,8 +48,10 @@ TEST_CASE("LocalJob: rounds, restarts past --max-restarts, done", "[agent][local
   CHECK(s.round == 1);
   CHECK(s.restarts == 1);
   CHECK_FALSE(s.final);
-  // A second report of the same round decides nothing.
-  CHECK_FALSE(await<bool>(io, [&](auto cb) { job.reportFailure(0, R"({"rank":2})", 1, cb); }));
+  // A second report of the same round (this node's claim still) is recorded and restarts
+  // nothing more.
+  CHECK(await<bool>(io, [&](auto cb) { job.reportFailure(0, R"({"rank":2})", 1, cb); }));
+  CHECK(await<dtrun::rendezvous::JobState>(io, [&](auto cb) { job.state(0, cb); }).restarts == 1);
   CHECK(await<std::vector<std::string>>(io, [&](auto cb) { job.failures(0, cb); }).size() == 2);
 
   // Round 1 fails too: one restart allowed, so the job is final.
