@@ -6,6 +6,7 @@
 
 #include "common/abort_key.h"
 #include "common/decimal.h"
+#include "common/duration_text.h"
 #include "common/error.h"
 #include "common/host_port.h"
 #include "common/node_id.h"
@@ -25,48 +26,7 @@ using rendezvous::etcd::prefixEnd;
 using rendezvous::etcd::WatchEvent;
 using std::chrono::milliseconds;
 
-namespace {
-
-// The key a round's non-host agents wait on in the worker store: never set, so the wait ends
-// only when the connection does.
-constexpr char kNeverSet[] = "dtrun/etcd/host-watch";
-// While etcd does not answer, the keep-alive thread repeats its warning this often.
-constexpr milliseconds kOutageNotice(10000);
-
-std::string seconds(milliseconds d) {
-  const auto s = std::to_string(d.count() / 1000.0);
-  return s.substr(0, s.find('.') + 2) + " s";
-}
-
-struct HostStore {
-  WorkerStore store;
-  std::string member;  // the host's member id
-  int fd = -1;         // a connection to it (non-hosts)
-};
-
-// A client of a round's worker store, bounded by `timeout`.
-rendezvous::TcpStoreOptions workerStoreClient(const WorkerStore& ws, milliseconds timeout) {
-  rendezvous::TcpStoreOptions o;
-  o.host = ws.addr;
-  o.port = ws.port;
-  o.connectTimeout = timeout;
-  o.timeout = timeout;
-  return o;
-}
-
-// "addr:port member" as the host puts it at r<R>/store.
-HostStore parseHostStore(std::int64_t round, const std::string& value) {
-  const std::string what = "round " + std::to_string(round) + ": the worker store '" + value +
-                           "' in etcd is not 'host:port member'";
-  const auto space = value.find(' ');
-  if (space == std::string::npos) throw ProtocolError(what);
-  HostStore h;
-  h.store = workerStoreOf(std::string_view(value).substr(0, space), what);
-  h.member = value.substr(space + 1);
-  return h;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 EtcdJob::EtcdJob(boost::asio::io_context& io, EtcdJobOptions options,
                  std::shared_ptr<spdlog::logger> log)
@@ -118,22 +78,9 @@ std::shared_ptr<EtcdClient> EtcdJob::makeClient(milliseconds retryFor) {
   return std::make_shared<EtcdClient>(o);
 }
 
-template <typename T, typename F>
-void EtcdJob::ops(F work, std::function<void(Result<T>)> done) {
-  queue_->run<T>(
-      [this, work = std::move(work)]() mutable -> T {
-        try {
-          return work();
-        } catch (const rendezvous::etcd::UnreachableError& e) {
-          throw ConnectionError(unreachable(options_.quorumTimeout, e.details()));
-        }
-      },
-      std::move(done));
-}
-
 std::string EtcdJob::unreachable(milliseconds down, const std::string& details) const {
-  return "etcd has been unreachable or without quorum for " + seconds(down) + " (quorum_timeout " +
-         seconds(options_.quorumTimeout) + "): " + details;
+  return "etcd has been unreachable or without quorum for " + secondsText(down) +
+         " (quorum_timeout " + secondsText(options_.quorumTimeout) + "): " + details;
 }
 
 std::string EtcdJob::describe() const {
@@ -180,7 +127,7 @@ void EtcdJob::close() {
       log_->debug(
           "rendezvous: the job is over and this agent was the last: its keys are deleted "
           "but for its outcome, kept {}",
-          seconds(options_.closeTimeout));
+          secondsText(options_.closeTimeout));
     }
   } catch (const std::exception& e) {
     log_->debug("rendezvous: leaving {}: {} (the lease lapses by itself)", describe(), e.what());
@@ -230,182 +177,6 @@ void EtcdJob::readRecord(std::function<void(Result<rendezvous::JobRecord>)> done
             std::make_shared<rendezvous::etcd::EtcdStore>(makeClient(milliseconds(0))));
       },
       std::move(done));
-}
-
-void EtcdJob::registerMember(std::int64_t round) {
-  ops_->put(prefix_ + keys::aliveKey(round, memberId_), options_.me.host, lease_);
-}
-
-void EtcdJob::changed() {
-  boost::asio::post(io_, [this] {
-    if (!stopping_ && onChange_) onChange_();
-  });
-}
-
-void EtcdJob::lost(const std::string& why) {
-  if (stopping_ || lostReported_.exchange(true)) return;
-  boost::asio::post(io_, [this, why] {
-    if (!stopping_ && onLost_) onLost_(why);
-  });
-}
-
-void EtcdJob::watch(std::function<void()> onChange, std::function<void(std::string)> onLost) {
-  if (watching_) return;
-  watching_ = true;
-  onChange_ = std::move(onChange);
-  onLost_ = std::move(onLost);
-  watchThread_ = std::thread([this] { watchLoop(startRevision_); });
-}
-
-void EtcdJob::countGone(EtcdClient& client, std::int64_t round, const std::string& id) {
-  const std::string mark = prefix_ + keys::goneMarkKey(round, id);
-  const std::string gone = prefix_ + keys::goneKey(round);
-  for (;;) {
-    const auto read = client.txn({Compare::missing(mark)}, {Op::get(gone)}, {});
-    if (!read.succeeded) return;  // another agent counted it
-    std::int64_t n = 0, revision = 0;
-    if (!read.ranges.empty() && !read.ranges[0].kvs.empty()) {
-      const auto& kv = read.ranges[0].kvs[0];
-      n = EtcdStore::counterValue(gone, read.ranges[0]);
-      revision = kv.modRevision;
-    }
-    if (client
-            .txn({Compare::missing(mark), Compare::modRevision(gone, revision)},
-                 {Op::put(mark, "1"), Op::put(gone, std::to_string(n + 1))}, {})
-            .succeeded) {
-      log_->info("rendezvous: member {} of round {} is gone (its lease ended)", id, round);
-      return;
-    }
-  }
-}
-
-void EtcdJob::watchLoop(std::int64_t fromRevision) {
-  const std::string epoch = prefix_ + keys::kEpoch;  // "epoch" has no sibling
-                                                     // key it is a prefix of
-  const std::string succeeded = prefix_ + keys::kSucceeded, final = prefix_ + keys::kFinal;
-  std::int64_t revision = fromRevision;
-  while (!stopping_) {
-    try {
-      auto w = watchClient_->watch(prefix_, prefixEnd(prefix_), revision);
-      for (;;) {
-        auto events = w->next(Clock::time_point::max());
-        revision = w->nextRevision();
-        bool change = false;
-        for (const auto& e : *events) {
-          if (e.kv.key.rfind(epoch, 0) == 0) {  // the epoch or one of its increments
-            change = true;
-            continue;
-          }
-          if (e.kv.key == succeeded || e.kv.key == final) {
-            // Over: every agent leaves now, and counting each departure on every other agent
-            // (N x N transactions) would change nothing.
-            finished_ = true;
-            change = true;
-            continue;
-          }
-          if (e.type != WatchEvent::Type::kDelete || finished_) continue;
-          // r<R>/alive/<member>: a member's lease ended (or it left).
-          const auto key = keys::parseKey(std::string_view(e.kv.key).substr(prefix_.size()));
-          if (!key || key->kind != keys::ParsedKey::Kind::kRound || key->name != "alive" ||
-              key->member == memberId_) {
-            continue;
-          }
-          countGone(*watchClient_, key->round, key->member);
-          change = true;
-        }
-        if (change) changed();
-      }
-    } catch (const rendezvous::etcd::CompactedError& e) {
-      // Events were missed: read the state afresh and go on from now.
-      log_->warn("rendezvous: {}; reading the job's state again", e.what());
-      revision = 0;
-      changed();
-    } catch (const rendezvous::etcd::UnreachableError& e) {
-      if (stopping_) return;
-      unreachable_ = true;
-      lost(unreachable(options_.quorumTimeout, e.details()));
-      return;
-    } catch (const std::exception& e) {
-      if (stopping_) return;
-      lost(std::string("watching the job failed: ") + e.what());
-      return;
-    }
-  }
-}
-
-void EtcdJob::publishStatus(std::string statusJson) {
-  {
-    std::lock_guard lock(mutex_);
-    pendingStatus_ = statusJson;
-    lastStatus_ = std::move(statusJson);
-  }
-  cv_.notify_all();
-}
-
-void EtcdJob::writeStatus(const std::string& statusJson) {
-  try {
-    keepAliveClient_->put(prefix_ + keys::agentStatusKey(memberId_), statusJson);
-  } catch (const std::exception& e) {
-    // etcd does not answer: the renewal below says so; the next state change writes again.
-    log_->debug("rendezvous: could not publish this agent's status: {}", e.what());
-  }
-}
-
-void EtcdJob::keepAliveLoop() {
-  // The outage is measured from the last renewal that worked, so the bound is quorum_timeout
-  // plus at most one keep_alive_interval and one request (heartbeat_timeout).
-  bool failing = false;
-  Clock::time_point lastOk = Clock::now(), lastNotice;
-  Clock::time_point renewAt = Clock::now() + options_.keepAliveInterval;
-  for (;;) {
-    std::optional<std::string> status;
-    {
-      std::unique_lock lock(mutex_);
-      // Woken early for a status to publish (this thread's client is free between renewals,
-      // and a rendezvous in progress on the ops thread never holds it up).
-      cv_.wait_until(lock, renewAt, [this] { return stopping_.load() || pendingStatus_; });
-      if (stopping_) return;
-      status = std::exchange(pendingStatus_, std::nullopt);
-    }
-    if (status) writeStatus(*status);
-    if (Clock::now() < renewAt) continue;
-    renewAt = Clock::now() + options_.keepAliveInterval;
-    try {
-      if (keepAliveClient_->leaseKeepAlive(lease_) <= 0) {
-        lost("this agent's lease expired: it was stopped or cut off from etcd for longer than " +
-             seconds(options_.keepAliveInterval * options_.keepAliveMaxAttempt) +
-             " (keep_alive_interval x keep_alive_max_attempt), and the other nodes have gone on "
-             "without it");
-        return;
-      }
-      if (failing) {
-        log_->warn("rendezvous: {} answers again after {}; the job goes on", describe(),
-                   seconds(std::chrono::duration_cast<milliseconds>(Clock::now() - lastOk)));
-        failing = false;
-      }
-      lastOk = Clock::now();
-    } catch (const std::exception& e) {
-      if (stopping_) return;
-      const auto now = Clock::now();
-      const auto down = std::chrono::duration_cast<milliseconds>(now - lastOk);
-      const auto* u = dynamic_cast<const rendezvous::etcd::UnreachableError*>(&e);
-      const std::string details = u ? u->details() : e.what();
-      if (down >= options_.quorumTimeout) {
-        unreachable_ = true;
-        lost(unreachable(down, details));
-        return;
-      }
-      if (!failing || now - lastNotice >= kOutageNotice) {
-        failing = true;
-        lastNotice = now;
-        log_->warn(
-            "rendezvous: {} does not answer (no quorum, or unreachable): {}; the workers keep "
-            "running (a running round needs nothing from etcd); giving up in {} (quorum_timeout) "
-            "unless etcd comes back",
-            describe(), details, seconds(options_.quorumTimeout - down));
-      }
-    }
-  }
 }
 
 void EtcdJob::join(std::function<void(Result<rendezvous::RoundInfo>)> done) {
@@ -486,122 +257,6 @@ void EtcdJob::markDone(std::int64_t round, int groupWorldSize,
 void EtcdJob::failures(std::int64_t round,
                        std::function<void(Result<std::vector<std::string>>)> done) {
   ops<std::vector<std::string>>([this, round] { return rdzv_->failures(round); }, std::move(done));
-}
-
-void EtcdJob::leaveWorkerStore() {
-  storeRound_ = -1;  // first: closing the channel runs its handler, which must ignore it
-  if (hostChannel_) hostChannel_->close();
-  hostChannel_.reset();
-  hosted_.reset();
-}
-
-void EtcdJob::workerStore(const rendezvous::RoundInfo& round,
-                          std::function<void(Result<WorkerStore>)> done) {
-  leaveWorkerStore();
-  const std::int64_t r = round.round;
-  storeRound_ = r;
-  const std::string key = prefix_ + keys::roundKey(r, keys::kStore);
-  if (round.groupRank == 0) {
-    try {
-      rendezvous::StoreServerOptions o;
-      o.port = 0;  // on every address ("::"): the others reach it at localAddr, v4 or v6
-      hosted_ = std::make_unique<HostedStore>(o, log_);
-    } catch (...) {
-      boost::asio::post(io_, [done = std::move(done), e = std::current_exception()] {
-        done(Result<WorkerStore>::failure(e));
-      });
-      return;
-    }
-    WorkerStore ws{options_.localAddr, hosted_->port()};
-    const std::string value = hostPortText(options_.localAddr, ws.port) + " " + memberId_;
-    ops<WorkerStore>(
-        [this, key, value, ws] {
-          ops_->put(key, value, lease_);
-          return ws;
-        },
-        std::move(done));
-    return;
-  }
-  ops<HostStore>(
-      [this, r, key] {
-        HostStore h = parseHostStore(
-            r, job_->get(keys::roundKey(r, keys::kStore), options_.rendezvous.joinTimeout));
-        rendezvous::TcpStore connection(workerStoreClient(h.store, options_.connectTimeout));
-        h.fd = connection.detachSocket();
-        return h;
-      },
-      [this, r, done = std::move(done)](Result<HostStore> h) {
-        if (!h.ok()) {
-          done(Result<WorkerStore>::failure(h.error));
-          return;
-        }
-        if (storeRound_ == r) {
-          watchStoreHost(r, h.value->fd, hostPortText(h.value->store.addr, h.value->store.port),
-                         h.value->member);
-        } else {
-          ::close(h.value->fd);
-        }
-        done(Result<WorkerStore>::success(h.value->store));
-      });
-}
-
-void EtcdJob::watchStoreHost(std::int64_t round, int fd, std::string address,
-                             std::string hostMember) {
-  hostChannel_ = std::make_unique<StoreChannel>(io_, fd, address, "/");
-  hostChannel_->waitChange(
-      kNeverSet, "",
-      [this, round, address, hostMember](const std::string& error, rendezvous::Bytes) {
-        if (stopping_ || finished_ || storeRound_ != round || error.empty()) return;
-        hostGoneRound_ = round;
-        // The host of this round's worker store is gone (its workers with it): end the round
-        // for everyone now, by deleting the host's alive key, rather than when its lease lapses.
-        log_->warn(
-            "rendezvous: round {}: the workers' store at {} (hosted by {}) is gone ({}); the "
-            "round ends and the nodes re-form with a new host",
-            round, address, hostMember, error);
-        queue_->post([this, round, hostMember] {
-          try {
-            ops_->remove(prefix_ + keys::aliveKey(round, hostMember));
-          } catch (const std::exception& e) {
-            if (!stopping_) log_->warn("rendezvous: could not end round {}: {}", round, e.what());
-          }
-        });
-      });
-}
-
-void EtcdJob::abortWorkers(std::int64_t round, std::string reason, std::function<void()> done) {
-  reason = reason.substr(0, worker::kMaxAbortReasonBytes);
-  if (hosted_ && storeRound_ == round) {
-    hosted_->set("/" + worker::abortKey(round), reason,
-                 [this, done = std::move(done)] { boost::asio::post(io_, done); });
-    return;
-  }
-  if (hostGoneRound_ == round) {
-    // The round's store died with its host: no native worker can read an abort key there, and
-    // trying would hold up the next rendezvous for a connect timeout.
-    boost::asio::post(io_, [done = std::move(done)] {
-      if (done) done();
-    });
-    return;
-  }
-  ops<bool>(
-      [this, round, reason] {
-        // Bounded as the stop waits for it (kAbortBound): past that the workers are signalled
-        // anyway, and a store whose host died would hold up the next rendezvous for a connect
-        // timeout.
-        const auto value = job_->get(keys::roundKey(round, keys::kStore), kAbortBound);
-        const HostStore h = parseHostStore(round, value);
-        rendezvous::TcpStore store(workerStoreClient(h.store, kAbortBound));
-        store.set(worker::abortKey(round), reason);
-        store.ping();
-        return true;
-      },
-      [this, round, done = std::move(done)](Result<bool> r) {
-        if (!r.ok()) {
-          log_->warn("could not tell native workers to abort round {}: {}", round, r.message());
-        }
-        if (done) done();
-      });
 }
 
 }  // namespace dtrun::agent

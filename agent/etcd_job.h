@@ -107,7 +107,17 @@ class EtcdJob : public JobLink {
   std::shared_ptr<rendezvous::etcd::EtcdClient> makeClient(std::chrono::milliseconds retryFor);
   /// Queues etcd work; "no member answered" comes back as one line about quorum and its bound.
   template <typename T, typename F>
-  void ops(F work, std::function<void(Result<T>)> done);
+  void ops(F work, std::function<void(Result<T>)> done) {
+    queue_->run<T>(
+        [this, work = std::move(work)]() mutable -> T {
+          try {
+            return work();
+          } catch (const rendezvous::etcd::UnreachableError& e) {
+            throw ConnectionError(unreachable(options_.quorumTimeout, e.details()));
+          }
+        },
+        std::move(done));
+  }
   /// The line for an outage of `down` (quorum_timeout reached): what each member said.
   std::string unreachable(std::chrono::milliseconds down, const std::string& details) const;
   void registerMember(std::int64_t round);             // ops thread

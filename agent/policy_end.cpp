@@ -173,4 +173,19 @@ void Policy::on(const event::FinishTimerExpired&) {
   finish(lingerOutcome_);
 }
 
+JobOutcome failedJobOutcome(const std::vector<ProcessFailure>& failures, bool localFailed,
+                            std::int64_t round) {
+  JobOutcome outcome{Outcome::kWorkersFailed, 0, "the job failed for good"};
+  if (failures.empty()) return outcome;
+  const ProcessFailure& root = failures[rootCauseIndex(failures)];
+  outcome.why = "round " + std::to_string(round) + ": " + describeFailure(root);
+  outcome.rootExitCode = root.exitCode;
+  if (root.hang) {
+    outcome.kind = Outcome::kHung;  // on whichever node: every node of the job says so
+  } else if (!localFailed) {
+    outcome.kind = Outcome::kFailedElsewhere;  // this node's workers succeeded or were stopped
+  }
+  return outcome;
+}
+
 }  // namespace dtrun::agent

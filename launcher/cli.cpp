@@ -1,8 +1,10 @@
 // The command line resolved in steps: OptionParser reads argv the way argparse does (the option
-// table below, prefixes, glued short options, the remainder) and fills in PET_* and dtrun's
-// variables for what argv left out; the resolve*() steps turn the strings into a LaunchConfig
-// with torchrun's rules (run.py: run() and config_from_args()). Values are checked by
-// launcher/args.h helpers, each error naming the option or variable the value came from.
+// table of cli_options.cpp, prefixes, glued short options, the remainder) and fills in PET_* and
+// dtrun's variables for what argv left out; the resolve*() steps turn the strings into a
+// LaunchConfig with torchrun's rules (run.py: run() and config_from_args()): the rendezvous in
+// cli_rendezvous.cpp, the workers and their logs in cli_workers.cpp, dtrun's own options here.
+// Values are checked by launcher/args.h helpers, each error naming the option or variable the
+// value came from.
 #include "launcher/cli.h"
 
 #include <arpa/inet.h>
@@ -15,20 +17,26 @@
 #include <optional>
 #include <random>
 
+#include "launcher/cli_steps.h"
 #include "launcher/rdzv_args.h"
 #include "launcher/rendezvous_access.h"
 #include "launcher/store_command.h"
 
 namespace dtrun::launcher {
+
+using steps::envValue;
+using steps::resolveConventions;
+using steps::resolveEntrypoint;
+using steps::resolveHangOptions;
+using steps::resolveLogs;
+using steps::resolvePrewarm;
+using steps::resolveRendezvous;
+using steps::resolveWorkers;
+
 namespace {
 
 using agent::LaunchConfig;
 using Env = std::map<std::string, std::string>;
-
-std::optional<std::string> envValue(const Env& env, const std::string& name) {
-  auto it = env.find(name);
-  return it == env.end() ? std::nullopt : std::optional<std::string>(it->second);
-}
 
 int onlineCpus(const HostProbe& host) {
   if (host.cpuCount > 0) return host.cpuCount;
@@ -36,378 +44,6 @@ int onlineCpus(const HostProbe& host) {
   return n > 0 ? static_cast<int>(n) : 1;
 }
 
-std::string uuidIntString() {
-  // torch's LaunchConfig fills an empty run id with str(uuid4().int).
-  std::random_device rd;
-  unsigned __int128 v = 0;
-  for (int i = 0; i < 4; ++i) v = (v << 32) | rd();
-  v &= ~(static_cast<unsigned __int128>(0xf000) << 64);  // version nibble
-  v |= static_cast<unsigned __int128>(0x4000) << 64;
-  v &= ~(static_cast<unsigned __int128>(0xc000000000000000ull));  // variant bits
-  v |= static_cast<unsigned __int128>(0x8000000000000000ull);
-  std::string s;
-  do {
-    s.insert(s.begin(), static_cast<char>('0' + static_cast<int>(v % 10)));
-    v /= 10;
-  } while (v != 0);
-  return s;
-}
-
-// --rdzv-backend. dtrun defaults to c10d; a command line in torchrun's legacy static form
-// (--master-addr/--master-port/--node-rank without --rdzv-endpoint) keeps running static, as it
-// does under newest torchrun, whose auto single-node switch needs none of them.
-agent::RendezvousBackend chooseBackend(const ParsedOptions& t, bool haveEndpoint,
-                                       bool staticByDefault) {
-  using agent::RendezvousBackend;
-  if (const auto* g = t.value("rdzv_backend")) {
-    // torchrun's two etcd backends (etcd: v2 API, etcd-v2: the newer one, also v2) are one
-    // here, speaking etcd's v3 API (docs/rendezvous.md, "The etcd backend").
-    if (g->value == "etcd" || g->value == "etcd-v2") return RendezvousBackend::kEtcd;
-    if (g->value == "c10d") return RendezvousBackend::kC10d;
-    if (g->value == "static") return RendezvousBackend::kStatic;
-    throw UsageError(g->source + ": invalid value '" + g->value +
-                     "': expected c10d, static or etcd (etcd-v2)");
-  }
-  // torch.distributed.launch: get_args_parser's default
-  if (staticByDefault) return RendezvousBackend::kStatic;
-  bool legacy = t.given("master_addr") || t.given("master_port") || t.given("node_rank");
-  return !haveEndpoint && legacy ? RendezvousBackend::kStatic : RendezvousBackend::kC10d;
-}
-
-// Port 0 asks the OS for a free port, which only the agent that binds it learns.
-void rejectPortZeroForSeveralNodes(const Endpoint& ep, int maxNodes, const std::string& source) {
-  if (ep.port == 0 && maxNodes > 1) {
-    throw UsageError(source +
-                     ": port 0 with several nodes: the other nodes cannot find it; expected a "
-                     "port from 1 to 65535");
-  }
-}
-
-// The static backend's endpoint and checks (torchrun's get_rdzv_endpoint and the static
-// handler's): --rdzv-endpoint with a port, else master_addr:master_port.
-void resolveStaticEndpoint(LaunchConfig& cfg, const ParsedOptions& t, const GivenValue* endpoint,
-                           const InvocationRules& rules) {
-  auto& r = cfg.rdzv;
-  Endpoint ep;
-  if (endpoint) {
-    ep = parseEndpoint(endpoint->source, endpoint->value, std::nullopt);
-  } else {
-    // A single node needs no port that others know: torch.distributed.launch's 29500 becomes a
-    // free one, so that two such jobs on one machine do not collide.
-    const bool freePort = rules.staticByDefault && r.maxNodes == 1 && !r.masterPort;
-    std::string port = std::to_string(freePort ? 0 : r.masterPort.value_or(29500));
-    ep = parseEndpoint("--master-addr/--master-port", r.masterAddr + ":" + port, std::nullopt);
-  }
-  r.host = ep.host;
-  r.port = ep.port;
-  std::string nodes = std::to_string(r.minNodes) + ":" + std::to_string(r.maxNodes);
-  if (r.nodeRank >= r.maxNodes) {
-    const GivenValue* g = t.value("node_rank");
-    throw UsageError((g ? g->source : std::string("--node-rank")) + ": invalid value '" +
-                     std::to_string(r.nodeRank) + "': expected an integer from 0 to " +
-                     std::to_string(r.maxNodes - 1) + " (below --nnodes, static backend)");
-  }
-  rejectPortZeroForSeveralNodes(ep, r.maxNodes,
-                                endpoint ? endpoint->source : std::string("--master-port"));
-  // torch uses max_nodes as the world size and never checks the rest; say what happens.
-  if (r.minNodes != r.maxNodes) {
-    cfg.warnings.push_back("the static rendezvous backend waits for all " +
-                           std::to_string(r.maxNodes) + " nodes of --nnodes " + nodes);
-  }
-  if (r.maxNodes > 1 && !t.given("node_rank")) {
-    cfg.warnings.push_back("--node-rank not given: this node is node 0 of " +
-                           std::to_string(r.maxNodes) + " (static rendezvous backend)");
-  }
-}
-
-// --nnodes, the rendezvous options, --standalone and the static backend's legacy options.
-void resolveRendezvous(LaunchConfig& cfg, const ParsedOptions& t, const InvocationRules& rules) {
-  auto& r = cfg.rdzv;
-  if (const auto* g = t.value("nnodes")) {
-    NodeRange nodes = parseNodeRange(g->source, g->value);
-    r.minNodes = nodes.min;
-    r.maxNodes = nodes.max;
-  }
-  if (const auto* g = t.value("node_rank")) {
-    r.nodeRank = static_cast<int>(parseInteger(g->source, g->value, 0, 1 << 24));
-  }
-  if (const auto* g = t.value("master_addr")) {
-    if (g->value.empty()) throw UsageError(g->source + ": expected a host name or IP address");
-    r.masterAddr = g->value;
-  }
-  if (const auto* g = t.value("master_port")) {
-    r.masterPort = static_cast<std::uint16_t>(parseInteger(g->source, g->value, 0, 65535));
-  }
-  if (const auto* g = t.value("local_addr")) r.localAddr = g->value;
-  if (const auto* g = t.value("rdzv_id")) {
-    if (g->value.find('/') != std::string::npos) {
-      throw UsageError(g->source + ": invalid value '" + g->value +
-                       "': expected an id without '/' (it names the log directory)");
-    }
-    r.runId = g->value.empty() ? uuidIntString() : g->value;
-  }
-  if (const auto* g = t.value("rdzv_conf")) applyRendezvousConf(r, g->source, g->value);
-
-  const GivenValue* endpoint = t.value("rdzv_endpoint");
-  if (endpoint && endpoint->value.empty()) endpoint = nullptr;  // torch: "" = not given
-  r.backend = chooseBackend(t, endpoint != nullptr, rules.staticByDefault);
-  cfg.standalone = t.flag("standalone");
-  if (cfg.standalone) {
-    // torchrun's run(): standalone overrides whatever was given.
-    if (t.given("rdzv_backend") || t.given("rdzv_endpoint") || t.given("rdzv_id")) {
-      cfg.warnings.push_back("--standalone ignores --rdzv-backend, --rdzv-endpoint and --rdzv-id");
-    }
-    // The rendezvous listens on a free port that only this agent knows: nobody else can join.
-    const std::string nnodes = std::to_string(r.minNodes) + ":" + std::to_string(r.maxNodes);
-    if (r.minNodes > 1) {
-      throw UsageError("--standalone with --nnodes " + nnodes +
-                       ": a standalone job is one node (its rendezvous is on a free local port "
-                       "no other agent can know), so it would wait for nodes that can never "
-                       "join; give --rdzv-endpoint instead of --standalone");
-    }
-    if (r.maxNodes > 1) {
-      cfg.warnings.push_back("--standalone with --nnodes " + nnodes +
-                             ": the rendezvous listens on a free local port that no other agent "
-                             "can know, so the job runs on this node alone");
-    }
-    r.backend = agent::RendezvousBackend::kC10d;
-    r.host = "localhost";
-    r.port = 0;
-    r.runId = randomUuid4();
-    return;
-  }
-  if (r.backend == agent::RendezvousBackend::kStatic) {
-    resolveStaticEndpoint(cfg, t, endpoint, rules);
-    return;
-  }
-  if (t.given("master_addr") || t.given("master_port") || t.given("node_rank")) {
-    cfg.warnings.push_back(
-        "--master-addr, --master-port and --node-rank are only used by the static rendezvous "
-        "backend; ignored with " +
-        std::string(agent::backendName(r.backend)));
-  }
-  if (r.backend == agent::RendezvousBackend::kEtcd) {
-    if (!endpoint) {
-      throw UsageError(
-          "--rdzv-backend etcd needs --rdzv-endpoint: the etcd members, comma-separated "
-          "(host:port or URLs), e.g. --rdzv-endpoint=etcd1:2379,etcd2:2379,etcd3:2379");
-    }
-    const auto eps = parseEtcdEndpoints(endpoint->source, endpoint->value, r.conf);
-    r.etcdEndpoints = endpoint->value;
-    r.host = eps.front().host;
-    r.port = eps.front().port;
-    return;
-  }
-  if (endpoint) {
-    Endpoint ep = parseEndpoint(endpoint->source, endpoint->value, 29400);
-    rejectPortZeroForSeveralNodes(ep, r.maxNodes, endpoint->source);
-    r.host = ep.host;
-    r.port = ep.port;
-  } else if (r.maxNodes == 1) {
-    // Newest torchrun's single-node mode: nobody else joins, so a free port and a fresh id.
-    r.host = "localhost";
-    r.port = 0;
-    if (!t.given("rdzv_id")) r.runId = randomUuid4();
-  } else {
-    r.host = "localhost";  // torch's default for an empty endpoint; Slurm may fill it in
-    r.port = 29400;
-  }
-}
-
-// Restarts, monitoring, role, signals and shutdown.
-void resolveWorkers(LaunchConfig& cfg, const ParsedOptions& t, const Env& env) {
-  if (const auto* g = t.value("max_restarts")) {
-    cfg.maxRestarts = static_cast<int>(parseInteger(g->source, g->value, 0, 1 << 30));
-  }
-  if (const auto* g = t.value("monitor_interval")) {
-    cfg.monitorInterval = parseSeconds(g->source, g->value);
-  }
-  if (const auto* g = t.value("start_method")) {
-    if (g->value != "spawn" && g->value != "fork" && g->value != "forkserver") {
-      throw UsageError(g->source + ": invalid choice '" + g->value +
-                       "': expected spawn, fork or forkserver");
-    }
-    cfg.startMethod = g->value;
-  }
-  if (const auto* g = t.value("event_log_handler")) {
-    if (g->value != "null" && g->value != "console" && g->value != "dynamic_rendezvous") {
-      throw UsageError(g->source + ": invalid value '" + g->value +
-                       "': expected null, console or dynamic_rendezvous");
-    }
-    cfg.eventLogHandler = g->value;
-  }
-  if (const auto* g = t.value("role")) cfg.role = g->value;
-
-  // dtrun's default adds SIGUSR1/SIGUSR2 to torchrun's: Slurm's preemption warning.
-  cfg.signalsToHandle.assign(kDefaultHandledSignals.begin(), kDefaultHandledSignals.end());
-  if (const auto* g = t.value("signals_to_handle")) {
-    cfg.signalsToHandle = parseSignalList(g->source, g->value);
-  }
-  if (const auto* g = t.value("shutdown_timeout")) {
-    cfg.shutdownTimeout = parseSeconds(g->source, g->value, true);
-  } else if (auto v = envValue(env, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT")) {
-    cfg.shutdownTimeout = parseSeconds("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", *v, true);
-  }
-  cfg.virtualLocalRank = t.flag("virtual_local_rank");
-}
-
-// The worker command, as torchrun's config_from_args builds it.
-void resolveEntrypoint(LaunchConfig& cfg, const ParsedOptions& t, const Env& env,
-                       const InvocationRules& rules) {
-  cfg.script = *t.script();
-  cfg.scriptArgs = t.scriptArgs();
-  cfg.module = t.flag("module");
-  cfg.noPython = t.flag("no_python");
-  cfg.runPath = t.flag("run_path");
-  if (const auto* g = t.value("python")) {
-    if (g->value.empty()) throw UsageError(g->source + ": expected an interpreter path or name");
-    cfg.python = g->value;
-  } else if (auto exec = envValue(env, "PYTHON_EXEC"); exec && !exec->empty()) {
-    cfg.python = *exec;  // torchrun's os.getenv("PYTHON_EXEC", sys.executable)
-  }
-  if (cfg.runPath) {
-    // torchrun runs its run_script_path function, which is also the name in its failure report.
-    cfg.entrypoint = {cfg.python, "-u", cfg.script};
-    cfg.entrypointName = "run_script_path";
-  } else if (cfg.noPython) {
-    if (cfg.module) {
-      throw UsageError(
-          "Don't use both the '--no-python' flag and the '--module' flag at the same time.");
-    }
-    cfg.entrypoint = {cfg.script};
-    cfg.entrypointName = cfg.script;
-  } else {
-    cfg.entrypoint = {cfg.python};
-    if (rules.unbuffered) cfg.entrypoint.push_back("-u");
-    if (cfg.module) cfg.entrypoint.push_back("-m");
-    cfg.entrypoint.push_back(cfg.script);
-    cfg.entrypointName = cfg.script;  // torch: the first argument not starting with '-'
-  }
-}
-
-// --log-dir, -r, -t, the console filters, and the accepted-only --logs-specs/--numa-binding.
-void resolveLogs(LaunchConfig& cfg, const ParsedOptions& t) {
-  if (const auto* g = t.value("log_dir"); g && !g->value.empty()) cfg.logDir = g->value;
-  if (const auto* g = t.value("redirects")) cfg.redirects = parseStdSpec(g->source, g->value);
-  if (const auto* g = t.value("tee")) cfg.tee = parseStdSpec(g->source, g->value);
-  if (const auto* g = t.value("local_ranks_filter"); g && !g->value.empty()) {
-    cfg.localRanksFilter = parseRankSet(g->source, g->value);
-  }
-  if (const auto* g = t.value("duplicate_stdout_filters")) {
-    cfg.duplicateStdoutFilters = splitEscapedCommaList(g->value);
-  }
-  if (const auto* g = t.value("duplicate_stderr_filters")) {
-    cfg.duplicateStderrFilters = splitEscapedCommaList(g->value);
-  }
-  if (const auto* g = t.value("logs_specs")) {
-    cfg.logsSpecs = g->value;
-    cfg.warnings.push_back(g->source + " " + g->value +
-                           ": dtrun has no torchrun.logs_specs plugins; using its default logs "
-                           "layout");
-  }
-  if (const auto* g = t.value("numa_binding")) {
-    if (g->value != "node" && g->value != "socket" && g->value != "exclusive" &&
-        g->value != "core-complex") {
-      throw UsageError(g->source + ": invalid choice '" + g->value +
-                       "': expected node, socket, exclusive or core-complex");
-    }
-    cfg.numaBinding = g->value;
-  }
-}
-
-// --file-timer (TORCHELASTIC_ENABLE_FILE_TIMER), --stall-timeout, --dump-stacks,
-// --exit-barrier-timeout.
-void resolveHangOptions(LaunchConfig& cfg, const ParsedOptions& t, const Env& env) {
-  // torchrun's rule: exactly "1" enables it; anything else leaves it off, silently.
-  cfg.fileTimer =
-      t.flag("file_timer") || envValue(env, "TORCHELASTIC_ENABLE_FILE_TIMER").value_or("") == "1";
-  cfg.timerFile = envValue(env, "TORCHELASTIC_TIMER_FILE").value_or("");
-  if (const auto* g = t.value("stall_timeout")) {
-    cfg.stallTimeout = parseSeconds(g->source, g->value);
-  }
-  cfg.dumpStacks = t.flag("dump_stacks");
-  if (cfg.dumpStacks && !cfg.fileTimer && !cfg.stallTimeout) {
-    cfg.warnings.push_back(
-        "--dump-stacks does nothing without --file-timer or --stall-timeout: nothing is "
-        "watched for hangs");
-  }
-  if (const auto* g = t.value("exit_barrier_timeout")) {
-    cfg.exitBarrierTimeout = parseSeconds(g->source, g->value, true);
-  }
-}
-
-// --worker-variables and --exit-code: the other launchers' conventions (launcher/front_end.h).
-void resolveConventions(LaunchConfig& cfg, const ParsedOptions& t) {
-  if (const auto* g = t.value("worker_variables")) {
-    if (g->value == "torchrun") {
-      cfg.workerVariables = agent::WorkerVariables::kTorchrun;
-    } else if (g->value == "deepspeed") {
-      cfg.workerVariables = agent::WorkerVariables::kDeepSpeed;
-    } else if (g->value == "none") {
-      cfg.workerVariables = agent::WorkerVariables::kNone;
-    } else {
-      throw UsageError(g->source + ": invalid value '" + g->value +
-                       "': expected torchrun, deepspeed or none");
-    }
-    if (cfg.workerVariables == agent::WorkerVariables::kNone && cfg.nprocPerNode != 1) {
-      throw UsageError(g->source +
-                       " none: workers without a rank cannot tell each other "
-                       "apart; it starts one process (--nproc-per-node 1)");
-    }
-  }
-  if (const auto* g = t.value("exit_code")) {
-    if (g->value == "worker") {
-      // One scheme decides the code (agent/outcome.h): this one and --exit-codes detailed
-      // would both claim it.
-      if (cfg.exitCodes == agent::ExitCodeScheme::kDetailed) {
-        throw UsageError(g->source + " worker and --exit-codes detailed choose two exit-code " +
-                         "schemes: give one");
-      }
-      cfg.exitCodes = agent::ExitCodeScheme::kWorker;
-    } else if (g->value != "torchrun") {
-      throw UsageError(g->source + ": invalid value '" + g->value +
-                       "': expected torchrun or worker");
-    }
-  }
-}
-
-// --prewarm MODULE[,MODULE...] and --prewarm-timeout: module names checked, and refused where a
-// standby cannot stand in for a worker.
-void resolvePrewarm(LaunchConfig& cfg, const ParsedOptions& t) {
-  const auto* g = t.value("prewarm");
-  if (g && !g->value.empty()) {
-    for (const std::string& name : splitOn(g->value, ',')) {
-      bool ok = !name.empty();
-      for (const std::string& part : splitOn(name, '.')) {
-        ok = ok && !part.empty() && !std::isdigit(static_cast<unsigned char>(part[0]));
-        for (char c : part) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
-      }
-      if (!ok) {
-        throw UsageError(g->source + ": invalid value '" + g->value + "': '" + name +
-                         "' is not a module name; expected MODULE[,MODULE...], e.g. torch");
-      }
-      if (cfg.module && name == cfg.script) {
-        throw UsageError(g->source + ": '" + name +
-                         "' is the -m module, which runs as __main__: it cannot be imported "
-                         "ahead");
-      }
-      cfg.prewarm.push_back(name);
-    }
-    if (cfg.noPython && !cfg.runPath) {
-      throw UsageError(g->source +
-                       " with --no-python: the workers are not Python interpreters, so there "
-                       "is nothing to import ahead");
-    }
-  }
-  if (const auto* timeout = t.value("prewarm_timeout")) {
-    cfg.prewarmTimeout = parseSeconds(timeout->source, timeout->value);
-    if (cfg.prewarm.empty()) {
-      cfg.warnings.push_back(timeout->source + " does nothing without --prewarm");
-    }
-  }
-}
-
-// --event-log, --log-line-prefix-template, --no-agent-store, --log-level.
 // Is `text` an IPv4 or IPv6 address (the metrics endpoint binds one, never a name)?
 bool isIpAddress(const std::string& text) {
   unsigned char buf[16];

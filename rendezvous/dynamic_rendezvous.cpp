@@ -9,6 +9,7 @@
 #include "common/log_text.h"
 #include "common/node_id.h"
 #include "rendezvous/job_record.h"
+#include "rendezvous/key_values.h"
 #include "rendezvous/store_core.h"
 
 namespace dtrun::rendezvous {
@@ -34,9 +35,6 @@ void from_json(const nlohmann::json& j, NodeInfo& n) {
 
 namespace {
 
-// Waits are cut into slices so that cancellation, progress lines and the last-call deadline are
-// looked at regularly; a slice ends early whenever the awaited key appears.
-constexpr milliseconds kSlice(1000);
 // How long a member's description may lag behind its join.
 constexpr milliseconds kNodeInfoTimeout(10000);
 // The waiting line names at most this many nodes (who came, who is missing); past that, counts.
@@ -57,32 +55,6 @@ std::string joinNames(const std::vector<std::string>& names, std::size_t total) 
     out += (out.empty() ? "" : " and ") + std::to_string(total - names.size()) + " more";
   }
   return out;
-}
-
-// The rendezvous' own keys are checked when read: anyone who reaches the store can write them
-// (unless it asks for a token), and a malformed value must be a clear error naming the key and
-// who wrote it, never a crash (docs/store.md).
-[[noreturn]] void malformed(Store& store, const std::string& key, const Bytes& value,
-                            const std::string& what) {
-  const std::string writer = store.writerOf(key);
-  throw ProtocolError("rendezvous key '" + key + "' holds " + escapeForLog(value) + ", " + what +
-                      ": " +
-                      (writer.empty() ? std::string("something other than a dtrun agent wrote it")
-                                      : "written by " + writer + ", not by a dtrun agent"));
-}
-
-std::int64_t number(Store& store, const std::string& key, const Bytes& value) {
-  const auto out = parseDecimal(value);
-  if (!out) malformed(store, key, value, "not a number");
-  return *out;
-}
-
-NodeInfo nodeInfo(Store& store, const std::string& key, const Bytes& value) {
-  try {
-    return nlohmann::json::parse(value).get<NodeInfo>();
-  } catch (const nlohmann::json::exception& e) {
-    malformed(store, key, value, std::string("not a node description (") + e.what() + ")");
-  }
 }
 
 }  // namespace
@@ -172,7 +144,7 @@ DynamicRendezvous::Outcome DynamicRendezvous::joinRound(std::int64_t round,
   const int index = joinedNodes(mine) - 1;
   const int offset = joinedProcs(mine) - me_.nproc;
   if (store_->check({closedKey}) &&
-      index >= joinedNodes(number(*store_, closedKey, store_->get(closedKey, kSlice)))) {
+      index >= joinedNodes(keyNumber(*store_, closedKey, store_->get(closedKey, kSlice)))) {
     return Outcome::kLate;
   }
   if (!settings_.fixedRank && index >= settings_.maxNodes) return Outcome::kLate;
@@ -232,7 +204,7 @@ DynamicRendezvous::Outcome DynamicRendezvous::joinRound(std::int64_t round,
     joined = joinedNodes(store_->add(joinKey, 0));
   }
 
-  const std::int64_t closed = number(*store_, closedKey, store_->get(closedKey, kSlice));
+  const std::int64_t closed = keyNumber(*store_, closedKey, store_->get(closedKey, kSlice));
   if (index >= joinedNodes(closed)) return Outcome::kLate;
   info->round = round;
   info->groupRank = groupRank;
@@ -270,7 +242,7 @@ std::vector<NodeInfo> DynamicRendezvous::nodesOf(std::int64_t round, int count,
   std::vector<NodeInfo> nodes;
   auto values = store_->multiGet(keys, timeout);
   for (std::size_t i = 0; i < values.size(); ++i)
-    nodes.push_back(nodeInfo(*store_, keys[i], values[i]));
+    nodes.push_back(keyNodeInfo(*store_, keys[i], values[i]));
   return nodes;
 }
 
@@ -287,7 +259,7 @@ void DynamicRendezvous::waitForRound(std::int64_t round, Clock::time_point deadl
       // fails, or restarts into it at once when the group has room (< max nodes).
       const std::string closed = roundKey(round - 1, keys::kClosed);
       const int running = store_->check({closed})
-                              ? joinedNodes(number(*store_, closed, store_->get(closed, kSlice)))
+                              ? joinedNodes(keyNumber(*store_, closed, store_->get(closed, kSlice)))
                               : 0;
       log_->warn(
           "rendezvous: waiting until {} (join timeout) for round {} to open: round {} runs "
@@ -320,7 +292,7 @@ void DynamicRendezvous::waitForRound(std::int64_t round, Clock::time_point deadl
 bool DynamicRendezvous::everyMemberGone(std::int64_t round) {
   const std::string closed = roundKey(round, keys::kClosed);
   if (round < 0 || !store_->check({closed})) return false;
-  const int members = joinedNodes(number(*store_, closed, store_->get(closed, kSlice)));
+  const int members = joinedNodes(keyNumber(*store_, closed, store_->get(closed, kSlice)));
   return members > 0 && counter(keys::goneKey(round)) >= members;
 }
 
@@ -358,8 +330,9 @@ void DynamicRendezvous::logWaiting(std::int64_t round, int joined, Clock::time_p
     }
   } else if (round > 0 && joined <= kRosterLimit &&
              store_->check({roundKey(round - 1, keys::kClosed)})) {
-    const int before = joinedNodes(number(*store_, roundKey(round - 1, keys::kClosed),
-                                          store_->get(roundKey(round - 1, keys::kClosed), kSlice)));
+    const int before =
+        joinedNodes(keyNumber(*store_, roundKey(round - 1, keys::kClosed),
+                              store_->get(roundKey(round - 1, keys::kClosed), kSlice)));
     if (before <= kRosterLimit) {
       for (const auto& n : roster(round - 1, before)) {
         const bool back = std::any_of(came.begin(), came.end(), [&](const NodeInfo& c) {
@@ -397,140 +370,13 @@ void DynamicRendezvous::timedOut(std::int64_t round, int joined) {
     const std::string key = keys::nodeKey(round, r);
     if (!store_->check({key})) continue;
     if (!who.empty()) who += ", ";
-    who += describe(nodeInfo(*store_, key, store_->get(key, kSlice)));
+    who += describe(keyNodeInfo(*store_, key, store_->get(key, kSlice)));
   }
   throw TimeoutError("rendezvous: round " + std::to_string(round) + " timed out after " +
                      std::to_string(settings_.joinTimeout.count() / 1000) + " s with " +
                      std::to_string(joined) + " node(s) of min " +
                      std::to_string(settings_.minNodes) + ", max " +
                      std::to_string(settings_.maxNodes) + (who.empty() ? "" : ": " + who));
-}
-
-JobState DynamicRendezvous::state(std::int64_t round) {
-  JobState s;
-  s.round = counter(keys::kRound);
-  if (store_->check({keys::kFinal})) s.final = store_->get(keys::kFinal, kSlice);
-  s.gone = counter(keys::goneKey(round));
-  s.waiting = counter(roundKey(round, keys::kWaiting));
-  s.done = counter(roundKey(round, keys::kDone));
-  s.restarts = counter(keys::kRestarts);
-  if (store_->check({keys::kSucceeded})) {
-    s.succeeded = parseDecimal(store_->get(keys::kSucceeded, kSlice)).value_or(-1);
-  }
-  s.agents = counter(keys::kAgents);
-  if (s.round > round && store_->check({roundKey(round, keys::kAdvance)})) {
-    // Read only once the round is over, for the restart's cause (the event log, the metrics).
-    if (auto claim = keys::parseClaim(store_->get(roundKey(round, keys::kAdvance), kSlice))) {
-      s.endedBy = keys::openedValue(claim->reason);
-    }
-  }
-  return s;
-}
-
-bool DynamicRendezvous::advance(std::int64_t round, AdvanceReason reason, int maxRestarts) {
-  // The first claim decides why the round ends (a failure counts a restart). Every step after it
-  // is idempotent, and every node that asks runs them all, claim won or not: a claimant that
-  // dies half-way (its connection closing makes the others ask) leaves nothing stuck, and no
-  // step happens twice in effect.
-  const std::string mine = keys::claimValue(reason, me_.member);
-  // A round in which some node's workers all succeeded never restarts: that would run a
-  // finished script again. A failure then ends the job; a membership change changes nothing.
-  if (const std::int64_t done = counter(roundKey(round, keys::kDone)); done > 0) {
-    if (reason != AdvanceReason::kFailure) return false;
-    const std::string final =
-        nlohmann::json{{"reason", "failed_after_success"}, {"round", round}, {"done", done}}.dump();
-    const bool decidedHere = store_->compareSet(keys::kFinal, "", final) == final;
-    store_->add(keys::kEpoch, 1);
-    if (decidedHere) {
-      log_->warn("rendezvous: round {} failed after {} node(s) had finished it; it cannot restart",
-                 round, done);
-    }
-    return decidedHere;
-  }
-  const Bytes claim = store_->compareSet(roundKey(round, keys::kAdvance), "", mine);
-  const bool decidedHere = claim == mine;
-  const auto parsed = keys::parseClaim(claim);
-  const bool failure = parsed && parsed->reason == AdvanceReason::kFailure;
-  // Who will be back: the members still connected plus the nodes that came too late.
-  const std::int64_t closed = store_->check({roundKey(round, keys::kClosed)})
-                                  ? number(*store_, roundKey(round, keys::kClosed),
-                                           store_->get(roundKey(round, keys::kClosed), kSlice))
-                                  : 0;
-  const std::int64_t back = joinedNodes(closed) - counter(keys::goneKey(round)) +
-                            counter(roundKey(round, keys::kWaiting));
-  if (failure) {
-    // This round's count is fixed once (r<R>/restarts); the job-wide counter only ever rises to
-    // it, so a late helper of an older round cannot lower it.
-    const std::int64_t restarts =
-        number(*store_, roundKey(round, keys::kRoundRestarts),
-               store_->compareSet(roundKey(round, keys::kRoundRestarts), "",
-                                  std::to_string(counter(keys::kRestarts) + 1)));
-    for (std::int64_t now = counter(keys::kRestarts); now < restarts;) {
-      const Bytes seen =
-          store_->compareSet(keys::kRestarts, std::to_string(now), std::to_string(restarts));
-      now = seen == std::to_string(now) ? restarts : number(*store_, keys::kRestarts, seen);
-    }
-    if (restarts > maxRestarts) {
-      nlohmann::json final = {{"reason", "max_restarts"},
-                              {"round", round},
-                              {"restarts", restarts - 1},
-                              {"max_restarts", maxRestarts}};
-      store_->compareSet(keys::kFinal, "", final.dump());
-      store_->add(keys::kEpoch, 1);
-      if (decidedHere) {
-        log_->warn("rendezvous: round {} failed and the {} restart(s) allowed are used up", round,
-                   maxRestarts);
-      }
-      return decidedHere;
-    }
-  }
-  store_->compareSet(roundKey(round + 1, keys::kExpect), "",
-                     std::to_string(std::clamp<std::int64_t>(back, 1, settings_.maxNodes)));
-  counter(keys::kRound);  // CAS on a missing key stores nothing; "round" exists once anyone joined
-  store_->compareSet(keys::kRound, std::to_string(round), std::to_string(round + 1));
-  store_->compareSet(roundKey(round + 1, keys::kOpened), "",
-                     std::string(keys::openedValue(failure ? AdvanceReason::kFailure
-                                                           : AdvanceReason::kMembership)));
-  store_->add(keys::kEpoch, 1);
-  if (decidedHere) {
-    log_->info("rendezvous: round {} ends ({}); round {} is open", round,
-               failure ? "worker failure" : "membership change", round + 1);
-  } else {
-    log_->debug("rendezvous: round {} ends ({}, decided by {}); round {} is open", round,
-                failure ? "worker failure" : "membership change", claim.substr(claim.find(' ') + 1),
-                round + 1);
-  }
-  return decidedHere;
-}
-
-void DynamicRendezvous::reportFailure(std::int64_t round, const std::string& failureJson) {
-  store_->append(roundKey(round, keys::kFailures), failureJson + "\n");
-  store_->add(keys::kEpoch, 1);
-}
-
-std::vector<std::string> DynamicRendezvous::failuresOf(Store& job, std::int64_t round) {
-  std::vector<std::string> out;
-  const std::string key = roundKey(round, keys::kFailures);
-  if (!job.check({key})) return out;
-  const Bytes all = job.get(key, kSlice);
-  std::size_t start = 0;
-  while (start < all.size()) {
-    auto end = all.find('\n', start);
-    if (end == std::string::npos) end = all.size();
-    if (end > start) out.push_back(all.substr(start, end - start));
-    start = end + 1;
-  }
-  return out;
-}
-
-std::int64_t DynamicRendezvous::markDone(std::int64_t round, int groupWorldSize) {
-  std::int64_t done = store_->add(roundKey(round, keys::kDone), 1);
-  // Only the last one wakes everybody: N nodes finishing must not cost N x N state reads.
-  if (done >= groupWorldSize) {
-    store_->set(keys::kSucceeded, std::to_string(round));
-    store_->add(keys::kEpoch, 1);
-  }
-  return done;
 }
 
 }  // namespace dtrun::rendezvous

@@ -148,6 +148,9 @@ class DynamicRendezvous {
   const std::string& member() const { return me_.member; }
 
  private:
+  // Waits are cut into slices so that cancellation, progress lines and the last-call deadline
+  // are looked at regularly; a slice ends early whenever the awaited key appears.
+  static constexpr std::chrono::milliseconds kSlice{1000};
   enum class Outcome { kJoined, kLate };
   Outcome joinRound(std::int64_t round, std::chrono::steady_clock::time_point deadline,
                     RoundInfo* info);
