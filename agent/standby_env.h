@@ -26,7 +26,7 @@ struct StandbyEnvironment {
 };
 
 /// The split for local rank `localRank`; `extra` is what the agent adds to every worker's
-/// environment (Agent::hangEnv()). Pure.
+/// environment (HangWatch::workerEnv()). Pure.
 StandbyEnvironment standbyEnvironment(const LaunchConfig& config, int localRank,
                                       const std::map<std::string, std::string>& extra);
 
@@ -36,7 +36,7 @@ StandbyEnvironment standbyEnvironment(const LaunchConfig& config, int localRank,
 /// agent's own descriptor where the worker gets that too.
 enum class PreloadStream { kPipe, kFile, kInherit };
 
-/// torchrun's rule as Agent::routeStreams() applies it: a redirected, not tee'd stream goes to
+/// torchrun's rule as WorkerStreams::route() applies it: a redirected, not tee'd stream goes to
 /// its file only (to the agent's own descriptor when there is no log directory). Pure.
 PreloadStream preloadStream(const LaunchConfig& config, bool logsDisabled, int localRank,
                             Std stream);

@@ -45,7 +45,7 @@ namespace dtrun::agent {
 
 /// What the pool needs from the agent besides the launch configuration.
 struct StandbyPoolContext {
-  std::map<std::string, std::string> extraEnv;  ///< Agent::hangEnv(): every worker gets it
+  std::map<std::string, std::string> extraEnv;  ///< HangWatch::workerEnv(): every worker gets it
   std::vector<int> userFds;                     ///< descriptors every worker keeps
   bool logsDisabled = false;                    ///< --log-dir /dev/null
   const OrphanGuard* guard = nullptr;
