@@ -96,7 +96,7 @@ TEST_CASE("C10dJob: one node joins, reads the job's state, finishes", "[agent][c
   CHECK_FALSE(state.result->value->final);
 }
 
-TEST_CASE("C10dJob: the watch sees the job's epoch move; closing leaves the round",
+TEST_CASE("C10dJob: the watch sees the job's epoch move, closing leaves the round",
           "[agent][c10d]") {
   dtrun::rendezvous::test::ServerThread server;
   boost::asio::io_context io;

@@ -117,7 +117,7 @@ TEST_CASE("FailureCollector: a worker that could not start, killed by a signal, 
   CHECK(got->stderrTail == std::vector<std::string>{"cannot run train.py: not found"});
 }
 
-TEST_CASE("FailureCollector: the job's records are read back; an unreadable one is skipped",
+TEST_CASE("FailureCollector: the job's records are read back, an unreadable one is skipped",
           "[failures]") {
   Fixture f(Std::kNone);
   FailureCollector collector(f.config, *f.logDir, *f.streams, "node-b", f.log);

@@ -173,7 +173,7 @@ struct Fixture {
 
 }  // namespace
 
-TEST_CASE("file timer: torch's request lines parse; anything else is a ProtocolError",
+TEST_CASE("file timer: torch's request lines parse, anything else is a ProtocolError",
           "[file_timer]") {
   auto r = parseFileTimerRequest(
       R"({"version": 1, "pid": 42, "scope_id": "train.py#7", "expiration_time": 1700000000.25, "signal": 9})");

@@ -115,7 +115,7 @@ TEST_CASE("HangWatch: a timer request is a sign of life for the stall watch", "[
   watch.stop();
 }
 
-TEST_CASE("HangWatch: the workers get the stack-dump hook; without it no stacks are asked for",
+TEST_CASE("HangWatch: the workers get the stack-dump hook, without it no stacks are asked for",
           "[hangs]") {
   boost::asio::io_context io;
   Seen seen;

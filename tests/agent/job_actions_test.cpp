@@ -110,7 +110,7 @@ TEST_CASE("JobActions: a failure reported job-wide is recorded, read back and pa
   CHECK(std::get<event::JobRecordRead>(record).error.empty());
 }
 
-TEST_CASE("JobActions: only the job's actions are taken; none answers after stop()",
+TEST_CASE("JobActions: only the job's actions are taken, none answers after stop()",
           "[job-actions]") {
   Bench b;
   Action sweep = action::Sweep{};

@@ -134,7 +134,7 @@ TEST_CASE("LogForwarder prefixes lines, tees raw bytes and keeps the tail", "[ag
   CHECK(fwd.tail(opened.id).empty());
 }
 
-TEST_CASE("LogForwarder passes \\r progress lines through", "[agent][logs]") {
+TEST_CASE("LogForwarder passes carriage-return progress lines through", "[agent][logs]") {
   boost::asio::io_context io(1);
   TempDir dir;
   Console console(dir);

@@ -164,7 +164,7 @@ TEST_CASE("without failures from the job the node reports its own", "[agent][pol
   CHECK(print.failures[0] == mine);
 }
 
-TEST_CASE("a terminating signal stops the workers with it and exits 1; a second one kills",
+TEST_CASE("a terminating signal stops the workers with it and exits 1, a second one kills",
           "[agent][policy]") {
   Policy p(settings(), quiet());
   runRound(p, roundOf(0));
@@ -239,7 +239,7 @@ TEST_CASE("a member gone or a late node with room: one advance per round", "[age
   CHECK(has<action::Advance>(r.handle(event::StateRead{late})));
 }
 
-TEST_CASE("one state query at a time; a change meanwhile asks once more", "[agent][policy]") {
+TEST_CASE("one state query at a time, a change meanwhile asks once more", "[agent][policy]") {
   Policy p(settings(), quiet());
   REQUIRE(has<action::Join>(p.handle(event::Start{})));
   CHECK(p.handle(event::JobChanged{}).empty());  // no round yet: nothing to ask
@@ -340,7 +340,7 @@ ProcessFailure failureOf(int localRank, int exitCode) {
 
 }  // namespace
 
-TEST_CASE("a file-timer expiry kills the worker's group; its failure is reported as a hang",
+TEST_CASE("a file-timer expiry kills the worker's group, its failure is reported as a hang",
           "[agent][policy][hang]") {
   Policy p(settings(), quiet());
   runRound(p, roundOf(0));
@@ -387,7 +387,7 @@ TEST_CASE("hang stacks: asked for before the kill, they land in the report",
   CHECK_THAT(report.failure.hang->stacks, Catch::Contains("pid 77"));
 }
 
-TEST_CASE("a timer without a signal is only recorded; a late expiry is ignored",
+TEST_CASE("a timer without a signal is only recorded, a late expiry is ignored",
           "[agent][policy][hang]") {
   Policy p(settings(), quiet());
   runRound(p, roundOf(0));

@@ -46,7 +46,22 @@ def served(s, nonce):
         if not chunk:
             return False
         got += chunk
-    return struct.unpack("<I", got)[0] == nonce
+    if struct.unpack("<I", got)[0] != nonce:
+        raise struct.error(f"the PING came back {got!r}, not nonce {nonce}")
+    return True
+
+
+def answer(s, nonce):
+    """What the store does with `s`: "served" (the PING's nonce back), "refused" (closed: EOF or
+    reset), "silent" (no answer within the deadline) or "wrong" (another reply)."""
+    try:
+        return "served" if served(s, nonce) else "refused"
+    except socket.timeout:
+        return "silent"
+    except (ConnectionResetError, BrokenPipeError):
+        return "refused"
+    except struct.error:
+        return "wrong"
 
 
 def fd_limit(job):
@@ -70,9 +85,17 @@ def fd_limit(job):
         log(f"MEASURED {len(refused_after)} of {CLIENTS} connections refused, {len(kept)} kept; "
             f"slowest refusal {max(refused_after.values()) * 1000:.0f} ms after connect")
         check(job.store_proc.poll() is None, "the store died at its descriptor limit")
-        check(0 < len(kept) < LIMIT, f"{len(kept)} connections kept with {LIMIT} descriptors")
-        check(all(served(s, 100 + i) for i, s in enumerate(kept)),
-              "a connection the store took is not served")
+        # A refusal still in flight when the count above was reached closes its connection
+        # now (it waited in the accept queue): a late refusal, not a connection left unserved.
+        # What must never happen is a connection the store keeps and does not answer.
+        answers = [answer(s, 100 + i) for i, s in enumerate(kept)]
+        late = answers.count("refused")
+        if late:
+            log(f"MEASURED {late} more refusal(s) arrived after the count was reached")
+        served_n = answers.count("served")
+        check(answers.count("silent") == 0 and answers.count("wrong") == 0,
+              f"a connection the store took is not served: {answers}")
+        check(0 < served_n < LIMIT, f"{served_n} connections served with {LIMIT} descriptors")
     finally:
         for s in clients:
             s.close()

@@ -119,7 +119,7 @@ TEST_CASE("oracle 7: the tutorial's 'manual multi-node' flags after the script a
   CHECK(before.rdzv.backend == agent::RendezvousBackend::kStatic);
 }
 
-TEST_CASE("oracle 9: a failed worker's own exit code; --no_local_rank, --module, --no_python",
+TEST_CASE("oracle 9: a failed worker's own exit code, --no_local_rank, --module, --no_python",
           "[launcher][deepspeed][oracle]") {
   Fixture f(2);
   CHECK(f.config({"train.py"}).exitCodes == agent::ExitCodeScheme::kWorker);

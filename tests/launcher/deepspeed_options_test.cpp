@@ -89,7 +89,7 @@ TEST_CASE("exclusive resource options, as DeepSpeed's rules", "[launcher][deepsp
   CHECK(f.cvd({"--include=localhost", "t.py"}) == "0,1,2,3");
 }
 
-TEST_CASE("a hostfile of one host runs here; --no_ssh runs this machine's part",
+TEST_CASE("a hostfile of one host runs here, --no_ssh runs this machine's part",
           "[launcher][deepspeed]") {
   Fixture f(0);
   const auto one = f.hostfile("# one node\nlocalhost slots=2\n");

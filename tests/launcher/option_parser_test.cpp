@@ -172,7 +172,7 @@ TEST_CASE("a command with a script keeps everything after it", "[launcher][optio
   CHECK(p.toArgs(t, [](const OptionSpec& o) { return o.dest != "nproc"; }).empty());
 }
 
-TEST_CASE("help comes from the table; handleUsage prints and picks the exit code",
+TEST_CASE("help comes from the table, handleUsage prints and picks the exit code",
           "[launcher][options]") {
   auto p = storeLike();
   std::string help = p.helpText();
