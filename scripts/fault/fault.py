@@ -68,20 +68,28 @@ def _stat(pid):
     return fields[0], int(fields[1]), int(fields[2])
 
 
-def workers(run_id):
-    """Every live worker of the run: dicts with pid, agent (its parent), rank, local_rank,
-    group_rank, round."""
-    found = []
+def _live_processes_of(run_id):
+    """(pid, environment, stat) of every live process whose environment names the run."""
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         pid = int(name)
         env = _environ(pid)
-        if not env or env.get("TORCHELASTIC_RUN_ID") != run_id or "RANK" not in env:
+        if not env or env.get("TORCHELASTIC_RUN_ID") != run_id:
             continue
         st = _stat(pid)
-        if st is None or st[0] in ("Z", "X") or st[2] != pid:
-            continue  # gone, or a child of a worker (it inherited the environment)
+        if st is None or st[0] in ("Z", "X"):
+            continue
+        yield pid, env, st
+
+
+def workers(run_id):
+    """Every live worker of the run: dicts with pid, agent (its parent), rank, local_rank,
+    group_rank, round."""
+    found = []
+    for pid, env, st in _live_processes_of(run_id):
+        if "RANK" not in env or st[2] != pid:
+            continue  # not a worker, or a child of a worker (it inherited the environment)
         try:
             found.append({
                 "pid": pid,
@@ -101,19 +109,7 @@ def job_processes(run_id):
     processes a worker started with its environment (for dtrun with --prewarm also the standby
     interpreters, whose /proc environment is the one they were started with). What must be
     gone once the job's agents have returned. Dicts with pid and ppid."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        pid = int(name)
-        env = _environ(pid)
-        if not env or env.get("TORCHELASTIC_RUN_ID") != run_id:
-            continue
-        st = _stat(pid)
-        if st is None or st[0] in ("Z", "X"):
-            continue
-        found.append({"pid": pid, "ppid": st[1]})
-    return found
+    return [{"pid": pid, "ppid": st[1]} for pid, _, st in _live_processes_of(run_id)]
 
 
 def _newest(candidates):
