@@ -15,16 +15,14 @@
 
 namespace dtrun::agent {
 namespace keys = rendezvous::keys;
-using rendezvous::DynamicRendezvous;
 using rendezvous::Store;
 using rendezvous::TcpStore;
 using rendezvous::TcpStoreOptions;
 
 C10dJob::C10dJob(boost::asio::io_context& io, C10dJobOptions options,
                  std::shared_ptr<spdlog::logger> log)
-    : io_(io),
+    : RendezvousJob(io, std::move(log)),
       options_(std::move(options)),
-      log_(std::move(log)),
       address_(hostPortText(options_.store.host, options_.store.port)),
       jobPrefix_(keys::jobPrefix(options_.runId)),
       heartbeatTimer_(io),
@@ -53,18 +51,14 @@ C10dJob::C10dJob(boost::asio::io_context& io, C10dJobOptions options,
     watcher_ = std::make_unique<StoreChannel>(io_, watcher.detachSocket(), address_,
                                               options_.store.keyPrefix);
   }
-  rdzv_ = std::make_unique<DynamicRendezvous>(
-      job_, options_.me, options_.rendezvous, [this](std::int64_t round) { registerMember(round); },
-      log_, [this] { return stopping_.load(); });
-  queue_ = std::make_unique<WorkQueue>(io_);
+  startRendezvous(job_, options_.me, options_.rendezvous, Runner::kWorkThread);
   heartbeat();
 }
 
 C10dJob::~C10dJob() { close(); }
 
 void C10dJob::close() {
-  if (stopping_.exchange(true)) return;
-  if (queue_) queue_->cancel();  // no result is posted from now on
+  if (!beginClose()) return;
   {
     std::lock_guard lock(mutex_);
     // The rendezvous thread may be waiting for a registration the io thread will not serve.
@@ -77,14 +71,14 @@ void C10dJob::close() {
   membership_->close();
   watcher_->close();
   ops_->interrupt();
-  if (queue_) queue_->stop();
+  stopRunner();
   if (probeThread_.joinable()) probeThread_.join();
   storeLastStatus();
   recordReader_.cancel();  // bounded by its connection's deadlines
 }
 
 void C10dJob::readRecord(std::function<void(Result<rendezvous::JobRecord>)> done) {
-  if (stopping_) return;
+  if (stopping()) return;
   if (storeSilent_) {
     recordReader_.fail("the store did not answer a fresh connection either", std::move(done));
     return;
@@ -101,7 +95,7 @@ void C10dJob::readRecord(std::function<void(Result<rendezvous::JobRecord>)> done
 }
 
 void C10dJob::publishStatus(std::string statusJson) {
-  if (stopping_) return;
+  if (stopping()) return;
   lastStatus_ = statusJson;
   lastStatusStored_ = false;
   const auto seq = ++statusSeq_;
@@ -114,7 +108,7 @@ void C10dJob::publishStatus(std::string statusJson) {
 void C10dJob::storeLastStatus() {
   // The last status (how this agent ended) comes just before close(): it goes on a connection of
   // its own, bounded, and not at all when the store is gone.
-  if (!lastStatus_ || lastStatusStored_ || lostReported_) return;
+  if (!lastStatus_ || lastStatusStored_ || lostReported()) return;
   lastStatusStored_ = true;
   TcpStoreOptions o = options_.store;
   o.connectTimeout =
@@ -143,11 +137,11 @@ void C10dJob::registerMember(std::int64_t round) {
   auto answer = promise->get_future();
   {
     std::lock_guard lock(mutex_);
-    if (stopping_) throw ConnectionError("rendezvous cancelled");
+    if (stopping()) throw ConnectionError("rendezvous cancelled");
     pendingRegistration_ = promise;
   }
   boost::asio::post(io_, [this, onClose, promise] {
-    if (stopping_) return;  // close() answered it
+    if (stopping()) return;  // close() answered it
     auto remaining = std::make_shared<std::size_t>(onClose.size());
     auto firstError = std::make_shared<std::string>();
     for (const auto& key : onClose) {
@@ -177,9 +171,9 @@ void C10dJob::registerMember(std::int64_t round) {
 void C10dJob::heartbeat() {
   heartbeatTimer_.expires_after(options_.keepAliveInterval);
   heartbeatTimer_.async_wait([this](boost::system::error_code ec) {
-    if (ec || stopping_) return;
+    if (ec || stopping()) return;
     membership_->ping(options_.heartbeatTimeout, [this](const std::string& error) {
-      if (stopping_) return;
+      if (stopping()) return;
       if (!error.empty()) {
         probe(error);
         return;
@@ -193,7 +187,7 @@ void C10dJob::probe(const std::string& error) {
   if (probeThread_.joinable()) return;
   probeThread_ = std::thread([this, error] {
     std::string why = classifyHeartbeatFailure(error);
-    boost::asio::post(io_, [this, why = std::move(why)] { lost(why); });
+    lost(why);
   });
 }
 
@@ -218,36 +212,20 @@ std::string C10dJob::classifyHeartbeatFailure(const std::string& error) {
 void C10dJob::watchFrom(rendezvous::Bytes seen) {
   watcher_->waitChange(job_->joinKey(keys::kEpoch), seen,
                        [this](const std::string& error, rendezvous::Bytes now) {
-                         if (stopping_) return;
+                         if (stopping()) return;
                          if (!error.empty()) {
                            lost("watching the job failed: " + error);
                            return;
                          }
-                         boost::asio::post(io_, [this] {
-                           if (!stopping_ && onChange_) onChange_();
-                         });
+                         changed();
                          watchFrom(std::move(now));
                        });
 }
 
-void C10dJob::lost(const std::string& why) {
-  if (stopping_ || lostReported_) return;
-  lostReported_ = true;
-  // Posted: the agent closes this link in answer, which must not happen inside a channel's
-  // handler.
-  boost::asio::post(io_, [this, why] {
-    if (!stopping_ && onLost_) onLost_(why);
-  });
-}
-
-void C10dJob::watch(std::function<void()> onChange, std::function<void(std::string)> onLost) {
-  if (watching_) return;
-  watching_ = true;
-  onChange_ = std::move(onChange);
-  onLost_ = std::move(onLost);
+void C10dJob::startWatching() {
   watcher_->read(job_->joinKey(keys::kEpoch), options_.heartbeatTimeout,
                  [this](const std::string& error, rendezvous::Bytes seen) {
-                   if (stopping_) return;
+                   if (stopping()) return;
                    if (!error.empty()) {
                      lost("watching the job failed: " + error);
                      return;
@@ -256,45 +234,8 @@ void C10dJob::watch(std::function<void()> onChange, std::function<void(std::stri
                  });
 }
 
-void C10dJob::join(std::function<void(Result<rendezvous::RoundInfo>)> done) {
-  queue_->run<rendezvous::RoundInfo>([this] { return rdzv_->join(); }, std::move(done));
-}
-
-void C10dJob::state(std::int64_t round, std::function<void(Result<rendezvous::JobState>)> done) {
-  queue_->run<rendezvous::JobState>([this, round] { return rdzv_->state(round); }, std::move(done));
-}
-
-void C10dJob::reportFailure(std::int64_t round, std::string failureJson, int maxRestarts,
-                            std::function<void(Result<bool>)> done) {
-  queue_->run<bool>(
-      [this, round, failureJson = std::move(failureJson), maxRestarts] {
-        rdzv_->reportFailure(round, failureJson);
-        return rdzv_->advance(round, rendezvous::AdvanceReason::kFailure, maxRestarts);
-      },
-      std::move(done));
-}
-
-void C10dJob::advance(std::int64_t round, std::function<void(Result<bool>)> done) {
-  queue_->run<bool>(
-      [this, round] { return rdzv_->advance(round, rendezvous::AdvanceReason::kMembership, 0); },
-      std::move(done));
-}
-
-void C10dJob::markDone(std::int64_t round, int groupWorldSize,
-                       std::function<void(Result<std::int64_t>)> done) {
-  queue_->run<std::int64_t>(
-      [this, round, groupWorldSize] { return rdzv_->markDone(round, groupWorldSize); },
-      std::move(done));
-}
-
-void C10dJob::failures(std::int64_t round,
-                       std::function<void(Result<std::vector<std::string>>)> done) {
-  queue_->run<std::vector<std::string>>([this, round] { return rdzv_->failures(round); },
-                                        std::move(done));
-}
-
 void C10dJob::abortWorkers(std::int64_t round, std::string reason, std::function<void()> done) {
-  queue_->run<bool>(
+  run<bool>(
       [this, round, reason = std::move(reason)] {
         // Not under the job prefix: worker_runtime watches this key (abort_key.h). SET has no
         // reply, so a PING after it confirms the server has it before the workers are signalled.
@@ -322,7 +263,7 @@ void C10dJob::workerStore(const rendezvous::RoundInfo& round,
   // the TCPStore there; the others read "addr:port" from the round's key.
   std::optional<std::string> mine;
   if (round.groupRank == 0) mine = hostPortText(options_.localAddr, pickFreePort());
-  queue_->run<WorkerStore>(
+  run<WorkerStore>(
       [this, r = round.round, mine = std::move(mine)] {
         const std::string key = keys::roundKey(r, keys::kMaster);
         std::string value;

@@ -1,8 +1,9 @@
-// C10dJob: the JobLink of the c10d and static backends, over dtrun's store.
+// C10dJob: the JobLink of the c10d and static backends: the rendezvous job (agent/
+// rendezvous_job.h) over dtrun's store, whose liveness is a store connection plus heartbeat.
 //
 // Three connections to the job's store:
-//   ops         the rendezvous thread (agent/work_queue.h) runs queued work (the rendezvous,
-//               reports, state reads) one at a time with a blocking TcpStore: the protocol
+//   ops         the rendezvous' work thread runs the protocol's calls (the rendezvous, reports,
+//               state reads) one at a time with a blocking TcpStore: the protocol
 //               (rendezvous/dynamic_rendezvous.h) is a sequence of store calls, written straight.
 //   membership  on the agent's io thread (StoreChannel): registered with ADD_ON_CLOSE per
 //               round and a DTRUN_LEASE, and pinged every keep_alive_interval by a timer. Its
@@ -22,9 +23,6 @@
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <condition_variable>
-#include <deque>
-#include <exception>
 #include <functional>
 #include <future>
 #include <memory>
@@ -32,12 +30,10 @@
 #include <optional>
 #include <string>
 #include <thread>
-#include <variant>
 
-#include "agent/job_link.h"
 #include "agent/record_reader.h"
+#include "agent/rendezvous_job.h"
 #include "agent/store_channel.h"
-#include "agent/work_queue.h"
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/prefix_store.h"
 #include "rendezvous/tcp_store.h"
@@ -62,7 +58,7 @@ struct C10dJobOptions {
   bool hostsStore = false;
 };
 
-class C10dJob : public JobLink {
+class C10dJob final : public RendezvousJob {
  public:
   /// Connects all three connections (blocking, up to the store's connect timeout; throws
   /// ConnectionError naming the store), starts the rendezvous thread and the heartbeat.
@@ -72,22 +68,12 @@ class C10dJob : public JobLink {
   C10dJob(const C10dJob&) = delete;
   C10dJob& operator=(const C10dJob&) = delete;
 
-  // JobLink (agent/job_link.h). Each call queues a job for the store thread; `done` runs later
-  // on the io thread.
-  void watch(std::function<void()> onChange, std::function<void(std::string)> onLost) override;
-  void join(std::function<void(Result<rendezvous::RoundInfo>)> done) override;
+  // JobLink (agent/job_link.h) beyond the rendezvous job's calls; `done` runs later on the io
+  // thread.
   /// Agent-store mode: the job's store. Otherwise group rank 0 publishes "addr:port" of a free
   /// port on its host, and the others read it.
   void workerStore(const rendezvous::RoundInfo& round,
                    std::function<void(Result<WorkerStore>)> done) override;
-  void state(std::int64_t round, std::function<void(Result<rendezvous::JobState>)> done) override;
-  void reportFailure(std::int64_t round, std::string failureJson, int maxRestarts,
-                     std::function<void(Result<bool>)> done) override;
-  void advance(std::int64_t round, std::function<void(Result<bool>)> done) override;
-  void markDone(std::int64_t round, int groupWorldSize,
-                std::function<void(Result<std::int64_t>)> done) override;
-  void failures(std::int64_t round,
-                std::function<void(Result<std::vector<std::string>>)> done) override;
   /// On a short-lived thread and a new connection, bounded by the heartbeat timeout.
   void readRecord(std::function<void(Result<rendezvous::JobRecord>)> done) override;
   /// Sets the round's abort key (worker_runtime watches it) and confirms the server has it.
@@ -103,12 +89,13 @@ class C10dJob : public JobLink {
   std::string describe() const override { return "store at " + address_; }
 
  private:
-  /// Rendezvous thread, before joining `round`: ADD_ON_CLOSE on the membership channel (io
-  /// thread), waited for here so that the server has it before this node's join counts.
-  void registerMember(std::int64_t round);
+  /// Work thread, before joining `round`: ADD_ON_CLOSE on the membership channel (io thread),
+  /// waited for here so that the server has it before this node's join counts.
+  void registerMember(std::int64_t round) override;
+  /// The watch connection parks in WAIT_CHANGE on the job's epoch (io thread).
+  void startWatching() override;
   void heartbeat();                        // io thread
   void watchFrom(rendezvous::Bytes seen);  // io thread
-  void lost(const std::string& why);       // io thread
   /// The heartbeat failed: on a short-lived thread, find out whether the store is gone or
   /// dropped this agent, then report it lost.
   void probe(const std::string& error);
@@ -116,34 +103,25 @@ class C10dJob : public JobLink {
   /// close(): writes the last status published unless the store confirmed it already.
   void storeLastStatus();
 
-  boost::asio::io_context& io_;
   C10dJobOptions options_;
-  std::shared_ptr<spdlog::logger> log_;
   std::string address_;
   std::string jobPrefix_;
   std::shared_ptr<rendezvous::TcpStore> ops_;
   std::unique_ptr<StoreChannel> membership_;
   std::unique_ptr<StoreChannel> watcher_;
   std::shared_ptr<rendezvous::PrefixStore> job_;
-  std::unique_ptr<rendezvous::DynamicRendezvous> rdzv_;
   boost::asio::steady_timer heartbeatTimer_;
 
-  std::mutex mutex_;  // guards pendingRegistration_ (rendezvous thread vs io thread)
+  std::mutex mutex_;  // guards pendingRegistration_ (work thread vs io thread)
   std::shared_ptr<std::promise<std::string>> pendingRegistration_;
-  std::atomic<bool> stopping_{false};
   // The heartbeat's probe found the store silent: outcome() then answers at once instead of
   // waiting its own timeout on the same silence.
   std::atomic<bool> storeSilent_{false};
-  bool epochRegistered_ = false;  // rendezvous thread only
+  bool epochRegistered_ = false;  // work thread only
   // Io thread only:
-  bool watching_ = false;
-  bool lostReported_ = false;
   std::optional<std::string> lastStatus_;  // the last status published ...
   bool lastStatusStored_ = false;          // ... and whether the store confirmed it
   std::uint64_t statusSeq_ = 0;
-  std::function<void()> onChange_;
-  std::function<void(std::string)> onLost_;
-  std::unique_ptr<WorkQueue> queue_;  // the rendezvous thread
   std::thread probeThread_;
   RecordReader recordReader_;
 };

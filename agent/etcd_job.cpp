@@ -15,7 +15,6 @@
 
 namespace dtrun::agent {
 
-using rendezvous::DynamicRendezvous;
 namespace keys = rendezvous::keys;
 using rendezvous::etcd::Clock;
 using rendezvous::etcd::Compare;
@@ -26,13 +25,10 @@ using rendezvous::etcd::prefixEnd;
 using rendezvous::etcd::WatchEvent;
 using std::chrono::milliseconds;
 
-namespace {}  // namespace
-
 EtcdJob::EtcdJob(boost::asio::io_context& io, EtcdJobOptions options,
                  std::shared_ptr<spdlog::logger> log)
-    : io_(io),
+    : RendezvousJob(io, std::move(log)),
       options_(std::move(options)),
-      log_(std::move(log)),
       prefix_(keys::jobPrefix(options_.runId) + "/"),
       memberId_(options_.me.member.empty() ? nodeId(options_.me.host, options_.me.pid, makeNonce())
                                            : options_.me.member) {
@@ -61,10 +57,7 @@ EtcdJob::EtcdJob(boost::asio::io_context& io, EtcdJobOptions options,
 
   job_ = std::make_shared<rendezvous::PrefixStore>(keys::jobPrefix(options_.runId),
                                                    std::make_shared<EtcdStore>(ops_));
-  rdzv_ = std::make_unique<DynamicRendezvous>(
-      job_, options_.me, options_.rendezvous, [this](std::int64_t round) { registerMember(round); },
-      log_, [this] { return stopping_.load(); });
-  queue_ = std::make_unique<WorkQueue>(io_);
+  startRendezvous(job_, options_.me, options_.rendezvous, Runner::kWorkThread);
   keepAliveThread_ = std::thread([this] { keepAliveLoop(); });
   log_->debug("rendezvous: {} as member {} (lease {:x}, TTL {} s)", describe(), memberId_, lease_,
               ttl.count());
@@ -76,6 +69,17 @@ std::shared_ptr<EtcdClient> EtcdJob::makeClient(milliseconds retryFor) {
   auto o = options_.client;
   o.retryFor = retryFor;
   return std::make_shared<EtcdClient>(o);
+}
+
+std::exception_ptr EtcdJob::explain(std::exception_ptr error) const {
+  try {
+    std::rethrow_exception(error);
+  } catch (const rendezvous::etcd::UnreachableError& e) {
+    return std::make_exception_ptr(
+        ConnectionError(unreachable(options_.quorumTimeout, e.details())));
+  } catch (...) {
+    return error;
+  }
 }
 
 std::string EtcdJob::unreachable(milliseconds down, const std::string& details) const {
@@ -92,13 +96,12 @@ std::string EtcdJob::describe() const {
 }
 
 void EtcdJob::close() {
-  if (stopping_.exchange(true)) return;
-  if (queue_) queue_->cancel();  // no result is posted from now on
+  if (!beginClose()) return;
   cv_.notify_all();
   for (auto* c : {&ops_, &watchClient_, &keepAliveClient_}) {
     if (*c) (*c)->interrupt();
   }
-  if (queue_) queue_->stop();
+  stopRunner();
   recordReader_.cancel();
   for (auto* t : {&watchThread_, &keepAliveThread_}) {
     if (t->joinable()) t->join();
@@ -120,7 +123,7 @@ void EtcdJob::close() {
       status = lastStatus_;
     }
     // How this agent ended, for `dtrun status` (not on the lease: it outlives the agent).
-    if (status && !lostReported_) last->put(prefix_ + keys::agentStatusKey(memberId_), *status);
+    if (status && !lostReported()) last->put(prefix_ + keys::agentStatusKey(memberId_), *status);
     last->leaseRevoke(lease_);
     if (finishedAndAlone(*last)) {
       keepRecordOnly(*last);
@@ -164,7 +167,7 @@ void EtcdJob::keepRecordOnly(EtcdClient& client) {
 }
 
 void EtcdJob::readRecord(std::function<void(Result<rendezvous::JobRecord>)> done) {
-  if (stopping_) return;
+  if (stopping()) return;
   if (unreachable_) {
     recordReader_.fail("etcd is unreachable", std::move(done));
     return;
@@ -177,15 +180,6 @@ void EtcdJob::readRecord(std::function<void(Result<rendezvous::JobRecord>)> done
             std::make_shared<rendezvous::etcd::EtcdStore>(makeClient(milliseconds(0))));
       },
       std::move(done));
-}
-
-void EtcdJob::join(std::function<void(Result<rendezvous::RoundInfo>)> done) {
-  leaveWorkerStore();
-  ops<rendezvous::RoundInfo>([this] { return rdzv_->join(); }, std::move(done));
-}
-
-void EtcdJob::state(std::int64_t round, std::function<void(Result<rendezvous::JobState>)> done) {
-  ops<rendezvous::JobState>([this, round] { return readState(round); }, std::move(done));
 }
 
 rendezvous::JobState EtcdJob::readState(std::int64_t round) {
@@ -229,34 +223,6 @@ rendezvous::JobState EtcdJob::readState(std::int64_t round) {
     }
   }
   return s;
-}
-
-void EtcdJob::reportFailure(std::int64_t round, std::string failureJson, int maxRestarts,
-                            std::function<void(Result<bool>)> done) {
-  ops<bool>(
-      [this, round, failureJson = std::move(failureJson), maxRestarts] {
-        rdzv_->reportFailure(round, failureJson);
-        return rdzv_->advance(round, rendezvous::AdvanceReason::kFailure, maxRestarts);
-      },
-      std::move(done));
-}
-
-void EtcdJob::advance(std::int64_t round, std::function<void(Result<bool>)> done) {
-  ops<bool>(
-      [this, round] { return rdzv_->advance(round, rendezvous::AdvanceReason::kMembership, 0); },
-      std::move(done));
-}
-
-void EtcdJob::markDone(std::int64_t round, int groupWorldSize,
-                       std::function<void(Result<std::int64_t>)> done) {
-  ops<std::int64_t>(
-      [this, round, groupWorldSize] { return rdzv_->markDone(round, groupWorldSize); },
-      std::move(done));
-}
-
-void EtcdJob::failures(std::int64_t round,
-                       std::function<void(Result<std::vector<std::string>>)> done) {
-  ops<std::vector<std::string>>([this, round] { return rdzv_->failures(round); }, std::move(done));
 }
 
 }  // namespace dtrun::agent

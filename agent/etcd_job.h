@@ -1,5 +1,6 @@
 // EtcdJob: the JobLink of the etcd backend (--rdzv-backend=etcd, or torchrun's etcd-v2
-// spelling). No node is special: the job's state lives in etcd, replicated by its members
+// spelling): the rendezvous job (agent/rendezvous_job.h) over etcd, whose liveness is a lease
+// plus a watch. No node is special: the job's state lives in etcd, replicated by its members
 // (docs/rendezvous.md, "The etcd backend").
 //
 // The rendezvous protocol is dtrun's (rendezvous/dynamic_rendezvous.h), run on an EtcdStore under
@@ -13,7 +14,8 @@
 //               transaction guarded by a per-member mark), then each agent reads the job's state.
 //   watch       one streaming watch on the whole job prefix (its own thread): epoch changes and
 //               member deletions, pushed; it resumes on another member when its member dies.
-//   ops         the rendezvous and every other request, in order, on a work thread.
+//   ops         the rendezvous and every other request, in order, on the rendezvous job's work
+//               thread.
 // Workers need a TCPStore: group rank 0 hosts one for its round (agent/hosted_store.h) and puts
 // its address on its lease (r<R>/store); the others connect a channel to it, and when that
 // connection drops mid-round they delete the host's alive key, so everyone re-forms at once
@@ -36,10 +38,9 @@
 #include <thread>
 
 #include "agent/hosted_store.h"
-#include "agent/job_link.h"
 #include "agent/record_reader.h"
+#include "agent/rendezvous_job.h"
 #include "agent/store_channel.h"
-#include "agent/work_queue.h"
 #include "rendezvous/dynamic_rendezvous.h"
 #include "rendezvous/etcd/etcd_client.h"
 #include "rendezvous/prefix_store.h"
@@ -64,7 +65,7 @@ struct EtcdJobOptions {
   std::chrono::milliseconds closeTimeout = std::chrono::seconds(30);
 };
 
-class EtcdJob : public JobLink {
+class EtcdJob final : public RendezvousJob {
  public:
   /// Contacts etcd (up to connectTimeout; throws naming the endpoints, a TLS file or the user),
   /// grants the lease, clears the keys of a finished job with the same run id, and starts the
@@ -74,18 +75,8 @@ class EtcdJob : public JobLink {
   EtcdJob(const EtcdJob&) = delete;
   EtcdJob& operator=(const EtcdJob&) = delete;
 
-  void watch(std::function<void()> onChange, std::function<void(std::string)> onLost) override;
-  void join(std::function<void(Result<rendezvous::RoundInfo>)> done) override;
   void workerStore(const rendezvous::RoundInfo& round,
                    std::function<void(Result<WorkerStore>)> done) override;
-  void state(std::int64_t round, std::function<void(Result<rendezvous::JobState>)> done) override;
-  void reportFailure(std::int64_t round, std::string failureJson, int maxRestarts,
-                     std::function<void(Result<bool>)> done) override;
-  void advance(std::int64_t round, std::function<void(Result<bool>)> done) override;
-  void markDone(std::int64_t round, int groupWorldSize,
-                std::function<void(Result<std::int64_t>)> done) override;
-  void failures(std::int64_t round,
-                std::function<void(Result<std::vector<std::string>>)> done) override;
   /// On a short-lived thread with a client of its own (one pass over the members).
   void readRecord(std::function<void(Result<rendezvous::JobRecord>)> done) override;
   /// Native workers watch the round's worker store; the abort key goes there (by the host).
@@ -105,30 +96,19 @@ class EtcdJob : public JobLink {
 
  private:
   std::shared_ptr<rendezvous::etcd::EtcdClient> makeClient(std::chrono::milliseconds retryFor);
-  /// Queues etcd work; "no member answered" comes back as one line about quorum and its bound.
-  template <typename T, typename F>
-  void ops(F work, std::function<void(Result<T>)> done) {
-    queue_->run<T>(
-        [this, work = std::move(work)]() mutable -> T {
-          try {
-            return work();
-          } catch (const rendezvous::etcd::UnreachableError& e) {
-            throw ConnectionError(unreachable(options_.quorumTimeout, e.details()));
-          }
-        },
-        std::move(done));
-  }
+  /// "No member answered" becomes one line about quorum and its bound.
+  std::exception_ptr explain(std::exception_ptr error) const override;
   /// The line for an outage of `down` (quorum_timeout reached): what each member said.
   std::string unreachable(std::chrono::milliseconds down, const std::string& details) const;
-  void registerMember(std::int64_t round);             // ops thread
-  rendezvous::JobState readState(std::int64_t round);  // ops thread
-  void watchLoop(std::int64_t fromRevision);           // watch thread
-  void keepAliveLoop();                                // keep-alive thread
-  void writeStatus(const std::string& statusJson);     // keep-alive thread
+  void registerMember(std::int64_t round) override;             // ops thread
+  rendezvous::JobState readState(std::int64_t round) override;  // ops thread
+  void startWatching() override;                                // io thread: the watch thread
+  void beforeJoin() override { leaveWorkerStore(); }            // io thread
+  void watchLoop(std::int64_t fromRevision);                    // watch thread
+  void keepAliveLoop();                                         // keep-alive thread
+  void writeStatus(const std::string& statusJson);              // keep-alive thread
   /// Counts member `id` of `round` in r<round>/gone once, whoever sees its key vanish first.
   void countGone(rendezvous::etcd::EtcdClient& client, std::int64_t round, const std::string& id);
-  void changed();                     // any thread: onChange on the io thread
-  void lost(const std::string& why);  // any thread
   /// Io thread: stops hosting / watching the previous round's worker store.
   void leaveWorkerStore();
   void watchStoreHost(std::int64_t round, int fd, std::string address, std::string hostMember);
@@ -138,32 +118,23 @@ class EtcdJob : public JobLink {
   /// move onto a lease of closeTimeout.
   void keepRecordOnly(rendezvous::etcd::EtcdClient& client);
 
-  boost::asio::io_context& io_;
   EtcdJobOptions options_;
-  std::shared_ptr<spdlog::logger> log_;
   std::string prefix_;  // "dtrun/<run id>/"
   std::string memberId_;
   std::int64_t lease_ = 0;
   std::int64_t startRevision_ = 0;
   std::shared_ptr<rendezvous::etcd::EtcdClient> ops_, watchClient_, keepAliveClient_;
   std::shared_ptr<rendezvous::PrefixStore> job_;
-  std::unique_ptr<rendezvous::DynamicRendezvous> rdzv_;
-  std::unique_ptr<WorkQueue> queue_;
 
   std::mutex mutex_;
   std::condition_variable cv_;  // wakes the keep-alive thread on close or for a status
   std::optional<std::string> pendingStatus_;  // guarded by mutex_: to be written ...
   std::optional<std::string> lastStatus_;     // ... and the last one given (close writes it)
-  std::atomic<bool> stopping_{false};
-  std::atomic<bool> lostReported_{false};
-  std::atomic<bool> finished_{false};     // the watch saw the job succeed or fail for good
-  std::atomic<bool> unreachable_{false};  // lost for an outage: outcome() does not try again
+  std::atomic<bool> finished_{false};         // the watch saw the job succeed or fail for good
+  std::atomic<bool> unreachable_{false};      // lost for an outage: outcome() does not try again
   std::thread watchThread_, keepAliveThread_;
   RecordReader recordReader_{io_};
   // Io thread only:
-  bool watching_ = false;
-  std::function<void()> onChange_;
-  std::function<void(std::string)> onLost_;
   std::unique_ptr<HostedStore> hosted_;        // group rank 0: this round's worker store
   std::unique_ptr<StoreChannel> hostChannel_;  // the others: a connection to it
   std::int64_t storeRound_ = -1;               // the round hosted_ / hostChannel_ belong to

@@ -33,24 +33,7 @@ void EtcdJob::registerMember(std::int64_t round) {
   ops_->put(prefix_ + keys::aliveKey(round, memberId_), options_.me.host, lease_);
 }
 
-void EtcdJob::changed() {
-  boost::asio::post(io_, [this] {
-    if (!stopping_ && onChange_) onChange_();
-  });
-}
-
-void EtcdJob::lost(const std::string& why) {
-  if (stopping_ || lostReported_.exchange(true)) return;
-  boost::asio::post(io_, [this, why] {
-    if (!stopping_ && onLost_) onLost_(why);
-  });
-}
-
-void EtcdJob::watch(std::function<void()> onChange, std::function<void(std::string)> onLost) {
-  if (watching_) return;
-  watching_ = true;
-  onChange_ = std::move(onChange);
-  onLost_ = std::move(onLost);
+void EtcdJob::startWatching() {
   watchThread_ = std::thread([this] { watchLoop(startRevision_); });
 }
 
@@ -81,7 +64,7 @@ void EtcdJob::watchLoop(std::int64_t fromRevision) {
                                                      // key it is a prefix of
   const std::string succeeded = prefix_ + keys::kSucceeded, final = prefix_ + keys::kFinal;
   std::int64_t revision = fromRevision;
-  while (!stopping_) {
+  while (!stopping()) {
     try {
       auto w = watchClient_->watch(prefix_, prefixEnd(prefix_), revision);
       for (;;) {
@@ -118,12 +101,12 @@ void EtcdJob::watchLoop(std::int64_t fromRevision) {
       revision = 0;
       changed();
     } catch (const rendezvous::etcd::UnreachableError& e) {
-      if (stopping_) return;
+      if (stopping()) return;
       unreachable_ = true;
       lost(unreachable(options_.quorumTimeout, e.details()));
       return;
     } catch (const std::exception& e) {
-      if (stopping_) return;
+      if (stopping()) return;
       lost(std::string("watching the job failed: ") + e.what());
       return;
     }
@@ -160,8 +143,8 @@ void EtcdJob::keepAliveLoop() {
       std::unique_lock lock(mutex_);
       // Woken early for a status to publish (this thread's client is free between renewals,
       // and a rendezvous in progress on the ops thread never holds it up).
-      cv_.wait_until(lock, renewAt, [this] { return stopping_.load() || pendingStatus_; });
-      if (stopping_) return;
+      cv_.wait_until(lock, renewAt, [this] { return stopping() || pendingStatus_; });
+      if (stopping()) return;
       status = std::exchange(pendingStatus_, std::nullopt);
     }
     if (status) writeStatus(*status);
@@ -182,7 +165,7 @@ void EtcdJob::keepAliveLoop() {
       }
       lastOk = Clock::now();
     } catch (const std::exception& e) {
-      if (stopping_) return;
+      if (stopping()) return;
       const auto now = Clock::now();
       const auto down = std::chrono::duration_cast<milliseconds>(now - lastOk);
       const auto* u = dynamic_cast<const rendezvous::etcd::UnreachableError*>(&e);

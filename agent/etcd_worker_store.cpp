@@ -79,7 +79,7 @@ void EtcdJob::workerStore(const rendezvous::RoundInfo& round,
     }
     WorkerStore ws{options_.localAddr, hosted_->port()};
     const std::string value = hostPortText(options_.localAddr, ws.port) + " " + memberId_;
-    ops<WorkerStore>(
+    run<WorkerStore>(
         [this, key, value, ws] {
           ops_->put(key, value, lease_);
           return ws;
@@ -87,7 +87,7 @@ void EtcdJob::workerStore(const rendezvous::RoundInfo& round,
         std::move(done));
     return;
   }
-  ops<HostStore>(
+  run<HostStore>(
       [this, r, key] {
         HostStore h = parseHostStore(
             r, job_->get(keys::roundKey(r, keys::kStore), options_.rendezvous.joinTimeout));
@@ -116,7 +116,7 @@ void EtcdJob::watchStoreHost(std::int64_t round, int fd, std::string address,
   hostChannel_->waitChange(
       kNeverSet, "",
       [this, round, address, hostMember](const std::string& error, rendezvous::Bytes) {
-        if (stopping_ || finished_ || storeRound_ != round || error.empty()) return;
+        if (stopping() || finished_ || storeRound_ != round || error.empty()) return;
         hostGoneRound_ = round;
         // The host of this round's worker store is gone (its workers with it): end the round
         // for everyone now, by deleting the host's alive key, rather than when its lease lapses.
@@ -124,11 +124,11 @@ void EtcdJob::watchStoreHost(std::int64_t round, int fd, std::string address,
             "rendezvous: round {}: the workers' store at {} (hosted by {}) is gone ({}); the "
             "round ends and the nodes re-form with a new host",
             round, address, hostMember, error);
-        queue_->post([this, round, hostMember] {
+        post([this, round, hostMember] {
           try {
             ops_->remove(prefix_ + keys::aliveKey(round, hostMember));
           } catch (const std::exception& e) {
-            if (!stopping_) log_->warn("rendezvous: could not end round {}: {}", round, e.what());
+            if (!stopping()) log_->warn("rendezvous: could not end round {}: {}", round, e.what());
           }
         });
       });
@@ -149,7 +149,7 @@ void EtcdJob::abortWorkers(std::int64_t round, std::string reason, std::function
     });
     return;
   }
-  ops<bool>(
+  run<bool>(
       [this, round, reason] {
         // Bounded as the stop waits for it (kAbortBound): past that the workers are signalled
         // anyway, and a store whose host died would hold up the next rendezvous for a connect

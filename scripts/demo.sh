@@ -101,8 +101,12 @@ for line in open(sys.argv[1]):
     elif kind == "worker_exited":
         how = f"exit code {e['exit_code']}" if e["signal"] is None else f"signal {e['signal']}"
         print(f"{t}  round {e['round']}: rank {e['rank']} exited ({how})")
+    elif kind == "restart_decided" and "next_round" not in e:
+        # The failing node's own report, before the job moved on (docs/logs-and-reports.md).
+        print(f"{t}  round {e['round']}: failure reported ({e.get('reason', '?')})")
     elif kind == "restart_decided":
-        print(f"{t}  round {e['round']}: restart decided ({e.get('reason', 'new round')})")
+        print(f"{t}  round {e['round']}: restart decided ({e.get('reason', 'new round')}), "
+              f"next round {e['next_round']}")
     elif kind == "shutdown":
         print(f"{t}  shutdown: {e['reason']}")
 EOF

@@ -262,8 +262,16 @@ class Job:
             summary["problems"].append("wrong model: final weights differ from the reference")
         else:
             summary["model_ok"] = True
+        summary["finish_s"] = self.finishing_time()
         self._check_exits(summary)
         self._check_orphans(summary)
+
+    def finishing_time(self):
+        """The longest final barrier plus destroy_process_group of the job's last round, over
+        its workers (the trainer's finishing and finished records); None without both."""
+        ends = {r["pid"]: r["t"] for r in self.records("finished")}
+        spans = [ends[r["pid"]] - r["t"] for r in self.records("finishing") if r["pid"] in ends]
+        return max(spans) if spans else None
 
     def _check_exits(self, summary):
         """Each node's exit code against what it could know: members of a job that succeeded

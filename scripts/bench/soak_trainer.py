@@ -17,7 +17,8 @@ Why the bits cannot depend on the world size W, the restarts, or the order of ad
 The soak steers the pace with two files in --dir: `allowed` (how many steps may be taken so far;
 the soak raises it after each fault) and `release` (once it exists and every step is taken, the
 job ends). Between steps the group keeps doing small all-reduces, so a stalled peer stalls
-everybody, and it prints a line at least every 0.5 s (dtrun's --stall-timeout watches output).
+everybody, and it prints a line at least every 0.5 s (dtrun's --stall-timeout watches output), from its
+start to its exit (see Notice).
 
 Records in --dir/progress.jsonl, one JSON line each (O_APPEND, one write):
   start   every process, first thing, before torch is imported: t, pid, rank, round
@@ -25,6 +26,8 @@ Records in --dir/progress.jsonl, one JSON line each (O_APPEND, one write):
           moment the last worker of this round started: the recovery time's end), world size
   step    rank 0, after each step: step, world size, round
   final   rank 0: the weights as float.hex strings (final.json holds them too)
+  finishing, finished   every process, before its final barrier and after
+          destroy_process_group (what is left is the interpreter's shutdown): pid, rank, round
 """
 import argparse
 import json
@@ -51,19 +54,34 @@ def log(path, **fields):
         os.close(fd)
 
 
-def starting_notice(rank):
-    """Until the group's first all-reduce this process imports torch or waits for its peers: a
-    child says so every 0.5 s, so that --stall-timeout counts only a group that trains and is
-    quiet (a thread could not: importing torch holds the GIL, for seconds on a loaded machine).
-    Returns the descriptor whose closing (by this process, or its death) ends the child."""
-    r, w = os.pipe()
-    if os.fork() == 0:
-        os.close(w)
-        while not select.select([r], [], [], 0.5)[0]:
-            print(f"rank {rank}: starting", flush=True)
-        os._exit(0)
-    os.close(r)
-    return w
+class Notice:
+    """A child that prints "rank R: <phase>" every 0.5 s while this process is in a phase that
+    prints nothing itself, so that --stall-timeout counts only a group that trains and is quiet:
+    "starting" until the group's first all-reduce (importing torch, waiting for peers) and
+    "finishing" from the final barrier to this process's exit (barrier, destroy_process_group,
+    the interpreter's shutdown). A thread could not: importing torch holds the GIL, for seconds
+    on a loaded machine, and threads stop before the interpreter's end. The child is forked
+    before torch is imported (so it holds none of gloo's sockets) and ends when this process's
+    end of the pipe closes (its exit, or its death)."""
+
+    def __init__(self, rank):
+        r, w = os.pipe()
+        if os.fork() == 0:
+            os.close(w)
+            phase = "starting"
+            while True:
+                if select.select([r], [], [], 0.5)[0]:
+                    data = os.read(r, 64)
+                    if not data:
+                        os._exit(0)
+                    phase = data.decode().split()[-1]
+                elif phase != "quiet":
+                    print(f"rank {rank}: {phase}", flush=True)
+        os.close(r)
+        self._w = w
+
+    def phase(self, name):
+        os.write(self._w, f" {name}".encode())
 
 
 def main():
@@ -76,7 +94,7 @@ def main():
     progress = os.path.join(args.dir, "progress.jsonl")
     log(progress, ev="start", pid=os.getpid(), rank=rank, round=restart, start=T_START)
     print(f"rank {rank}: started (round {restart})", flush=True)
-    formed = starting_notice(rank)
+    notice = Notice(rank)
 
     import torch
     import torch.distributed as dist
@@ -113,7 +131,7 @@ def main():
     # The group's first collective: when did its last member start?
     started = torch.tensor([T_START], dtype=torch.float64)
     dist.all_reduce(started, op=dist.ReduceOp.MAX)
-    os.close(formed)
+    notice.phase("quiet")
     if rank == 0:
         log(progress, ev="group", pid=os.getpid(), round=restart, world=world,
             started=started.item(), step=step)
@@ -169,8 +187,11 @@ def main():
             json.dump(final, f)
         os.replace(os.path.join(args.dir, "final.json.tmp"), os.path.join(args.dir, "final.json"))
         log(progress, ev="final", pid=os.getpid(), round=restart, world=world, **final)
+    notice.phase("finishing")
+    log(progress, ev="finishing", pid=os.getpid(), rank=rank, round=restart)
     dist.barrier()
     dist.destroy_process_group()
+    log(progress, ev="finished", pid=os.getpid(), rank=rank, round=restart)
     return 0
 
 

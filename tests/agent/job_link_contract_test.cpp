@@ -263,3 +263,31 @@ TEMPLATE_TEST_CASE("JobLink contract: a membership change ends the round without
       f.io, [&] { return aborted; }, 10s));
   job.close();
 }
+
+TEMPLATE_TEST_CASE("JobLink contract: after close() no answer, change or loss is delivered",
+                   "[job-link]", Local, C10d, Etcd) {
+  NEED_BACKEND();
+  TestType f;
+  INFO(TestType::kName);
+  JobLink& job = *f.job;
+  int delivered = 0;
+  job.watch([&] { ++delivered; }, [&](std::string) { ++delivered; });
+  ask<RoundInfo>(f.io, [&](auto cb) { job.join(cb); });
+  delivered = 0;  // what the join itself changed may have been seen already
+  // Calls in flight when the job closes, writes among them (each wakes the watch).
+  job.state(0, [&](Result<JobState>) { ++delivered; });
+  job.markDone(0, 1, [&](Result<std::int64_t>) { ++delivered; });
+  job.advance(0, [&](Result<bool>) { ++delivered; });
+  job.failures(0, [&](Result<std::vector<std::string>>) { ++delivered; });
+  job.close();
+  // close() returned: its threads are joined, so whatever they had handed to the io thread is
+  // queued there now, and running it must deliver nothing.
+  f.io.restart();
+  const std::size_t ran = f.io.poll();
+  INFO("handlers run after close(): " << ran);
+  CHECK(delivered == 0);
+  job.close();  // a second close() is harmless
+  f.io.restart();
+  f.io.poll();
+  CHECK(delivered == 0);
+}
