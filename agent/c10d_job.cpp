@@ -61,7 +61,7 @@ void C10dJob::close() {
   if (!beginClose()) return;
   {
     std::lock_guard lock(mutex_);
-    // The rendezvous thread may be waiting for a registration the io thread will not serve.
+    // The work thread may be waiting for a registration the io thread will not serve.
     if (pendingRegistration_) {
       pendingRegistration_->set_value("the agent is closing");
       pendingRegistration_.reset();

@@ -14,7 +14,7 @@
 //               once the job is over, waits for every agent to leave (close_timeout at most):
 //               one stopped or cut off while the job ended still reads how it ended.
 // A lost job's outcome is read on a fourth, short-lived connection of its own (outcome()).
-// Results of the rendezvous thread are posted back to the io thread, the only one that touches
+// Results of the work thread are posted back to the io thread, the only one that touches
 // the agent's state (docs/agent.md, "Threads").
 #pragma once
 
@@ -61,7 +61,7 @@ struct C10dJobOptions {
 class C10dJob final : public RendezvousJob {
  public:
   /// Connects all three connections (blocking, up to the store's connect timeout; throws
-  /// ConnectionError naming the store), starts the rendezvous thread and the heartbeat.
+  /// ConnectionError naming the store), starts the work thread and the heartbeat.
   C10dJob(boost::asio::io_context& io, C10dJobOptions options, std::shared_ptr<spdlog::logger> log);
   /// close(). On the io thread, or after io.run() returned.
   ~C10dJob() override;

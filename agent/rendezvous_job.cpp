@@ -1,5 +1,7 @@
 #include "agent/rendezvous_job.h"
 
+#include <boost/asio/post.hpp>
+
 namespace dtrun::agent {
 
 RendezvousJob::RendezvousJob(boost::asio::io_context& io, std::shared_ptr<spdlog::logger> log)

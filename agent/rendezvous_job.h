@@ -16,7 +16,6 @@
 
 #include <atomic>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
 #include <exception>
 #include <functional>
 #include <memory>
